@@ -1,0 +1,639 @@
+"""Wrap JAX functions as PyTensor Ops: :class:`OpFromJax` and :func:`as_jax_op`.
+
+:class:`OpFromJax` is an inner-graph Op in the spirit of
+:class:`~pytensor.compile.builders.OpFromGraph`, except that its inner "graph"
+is a JAX callable over flat arrays. It
+
+* infers nothing itself: it is given its input and output types;
+* runs a cached ``jax.jit`` of the inner function in the Python and C linkers
+  (``perform``) and in Numba (object mode, see
+  ``pytensor/link/numba/dispatch/jax_ofg.py``);
+* becomes the inner function itself under the JAX linker, so the whole graph
+  is one XLA computation;
+* differentiates through ``jax.vjp`` / ``jax.jvp``; the derivative ops are
+  again :class:`OpFromJax`, so higher orders work.
+
+:func:`as_jax_op` is the user-facing decorator: it flattens pytree arguments,
+bakes non-symbolic leaves in as static arguments, infers the output types by
+tracing (see :mod:`pytensor.compile.jax_ofg_shapes`) and rebuilds the output
+pytree with PyTensor variables at its array leaves. Callables in the output
+become :class:`SymbolicCallable`\\ s, which other wrapped functions compose.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+
+try:
+    import jax
+    import jax.numpy as jnp
+except ImportError as _error:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        "pytensor.compile.jax_ofg needs JAX, which is not installed. "
+        "Install it with `pip install jax` (or `pip install pytensor-jax-ofg`, "
+        "which depends on it)."
+    ) from _error
+
+import pytensor.tensor as pt
+from pytensor.compile.jax_ofg_functions import (
+    INPUT,
+    FlatJaxFunction,
+    JVPFunction,
+    Nested,
+    OutputLayout,
+    Static,
+    VJPFunction,
+    as_tuple_function,
+)
+from pytensor.compile.jax_ofg_shapes import (
+    OutputDims,
+    ShapeInferenceError,
+    dim_to_tensor,
+    symbol_name,
+    trace_output_types,
+)
+from pytensor.gradient import DisconnectedType, disconnected_type
+from pytensor.graph.basic import Apply, Variable
+from pytensor.graph.op import Op
+from pytensor.tensor.basic import _as_tensor_variable, infer_static_shape
+from pytensor.tensor.exceptions import ShapeError
+from pytensor.tensor.type import TensorType
+from pytensor.tensor.variable import TensorVariable
+
+
+__all__ = ["OpFromJax", "ShapeInferenceError", "SymbolicCallable", "as_jax_op"]
+
+
+def _differentiable(tensor_type: TensorType) -> bool:
+    return tensor_type.dtype.startswith(("float", "complex"))
+
+
+def _describe_types(types: Sequence[TensorType]) -> str:
+    return ", ".join(str(t) for t in types)
+
+
+class OpFromJax(Op):
+    """An Op whose computation is a JAX function of flat arrays.
+
+    Parameters
+    ----------
+    fn
+        A JAX-traceable function taking one array per input and returning a
+        tuple (or list) of arrays, or a bare array when there is one output.
+    input_types
+        One :class:`~pytensor.tensor.type.TensorType` per input.
+    output_types
+        One :class:`~pytensor.tensor.type.TensorType` per output (or a single
+        type). Every output the function returns is checked against them.
+    name
+        Shown in graphs; defaults to ``fn.__name__``.
+    output_dims
+        For :meth:`infer_shape`: per output, per dim, a static size or an
+        expression over input dims named ``s{input}_{dim}`` (``"2*s0_0"``).
+        Defaults to the static dims of ``output_types``.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import pytensor
+    >>> import pytensor.tensor as pt
+    >>> from pytensor.tensor.type import TensorType
+    >>> op = OpFromJax(
+    ...     lambda x: jnp.cumsum(x) ** 2,
+    ...     [TensorType("float64", shape=(3,))],
+    ...     [TensorType("float64", shape=(3,))],
+    ...     name="cumsum_squared",
+    ... )
+    >>> x = pt.vector("x", shape=(3,))
+    >>> f = pytensor.function([x], op(x))
+    >>> f(np.array([1.0, 2.0, 3.0]))
+    array([ 1.,  9., 36.])
+    """
+
+    __props__ = ("fn", "input_types", "output_types")
+
+    def __init__(
+        self,
+        fn: Callable,
+        input_types: Sequence[TensorType],
+        output_types: Sequence[TensorType] | TensorType,
+        name: str | None = None,
+        *,
+        output_dims: OutputDims | None = None,
+    ):
+        if isinstance(output_types, TensorType):
+            output_types = [output_types]
+        self.name = name or getattr(fn, "__name__", None) or "jax_function"
+        self.fn = as_tuple_function(fn)
+        self.input_types = tuple(input_types)
+        self.output_types = tuple(output_types)
+        for kind, types in (("input", self.input_types), ("output", self.output_types)):
+            for i, t in enumerate(types):
+                if not isinstance(t, TensorType):
+                    raise TypeError(
+                        f"OpFromJax {self.name!r}: {kind} type {i} must be a "
+                        f"TensorType (e.g. pt.tensor('float64', shape=(3,)).type), "
+                        f"got {t!r}."
+                    )
+        if output_dims is None:
+            output_dims = tuple(tuple(t.shape) for t in self.output_types)
+        self.output_dims = output_dims
+        super().__init__()
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}{{{self.name}}}"
+
+    def __repr__(self) -> str:
+        describe = getattr(self.fn, "describe", lambda: self.name)()
+        return (
+            f"{type(self).__name__}({describe}, "
+            f"inputs=[{_describe_types(self.input_types)}], "
+            f"outputs=[{_describe_types(self.output_types)}])"
+        )
+
+    def __getstate__(self) -> dict:
+        # Jitted JAX callables are rebuilt on first use, never pickled.
+        state = self.__dict__.copy()
+        state.pop("_jitted", None)
+        return state
+
+    def make_node(self, *inputs: Any) -> Apply:
+        if len(inputs) != len(self.input_types):
+            raise TypeError(
+                f"{self} takes {len(self.input_types)} inputs "
+                f"({_describe_types(self.input_types)}), got {len(inputs)}."
+            )
+        filtered = []
+        for i, (value, expected) in enumerate(zip(inputs, self.input_types)):
+            try:
+                filtered.append(expected.filter_variable(value))
+            except TypeError as error:
+                raise TypeError(
+                    f"{self}: input {i} must be of type {expected}, got {value!r} "
+                    f"of type {getattr(value, 'type', type(value))}."
+                ) from error
+        return Apply(self, filtered, [t() for t in self.output_types])
+
+    # ----------------------------------------------------------------- running
+    def traced_fn(self, *arrays: Any) -> tuple:
+        """The inner function, checking its outputs against the declared types.
+
+        The check runs while JAX traces (once per input shape signature), so
+        it costs nothing per call.
+        """
+        # Under the JAX linker, 0-d constants arrive as Python scalars.
+        arrays = [jnp.asarray(a, dtype=t.dtype) for a, t in zip(arrays, self.input_types)]
+        outputs = tuple(jnp.asarray(o) for o in self.fn(*arrays))
+        if len(outputs) != len(self.output_types):
+            raise TypeError(
+                f"The JAX function {self.name!r} returned {len(outputs)} arrays, "
+                f"but the op declares {len(self.output_types)} outputs "
+                f"({_describe_types(self.output_types)})."
+            )
+        for k, (output, expected) in enumerate(zip(outputs, self.output_types)):
+            shape_ok = len(output.shape) == expected.ndim and all(
+                s is None or s == d for s, d in zip(expected.shape, output.shape)
+            )
+            if np.dtype(output.dtype) != expected.dtype or not shape_ok:
+                raise TypeError(
+                    f"Output {k} of the JAX function {self.name!r} has dtype "
+                    f"{np.dtype(output.dtype).name} and shape {tuple(output.shape)}, "
+                    f"but the op declares {expected} (dtype {expected.dtype}, "
+                    f"shape {expected.shape}). Make the function return the "
+                    "declared type or pass matching `output_types=`."
+                )
+        return outputs
+
+    @property
+    def jitted(self) -> Callable:
+        """``jax.jit`` of :meth:`traced_fn`, built once per op on first use."""
+        try:
+            return self._jitted
+        except AttributeError:
+            self._jitted = jax.jit(self.traced_fn)
+            return self._jitted
+
+    def host_call(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        """Run the jitted function; return owned, writeable NumPy arrays.
+
+        JAX buffers are read-only and may alias inputs or constants, so every
+        output is copied: a downstream in-place op may write into it.
+        """
+        try:
+            outputs = self.jitted(*inputs)
+        except Exception as error:
+            error.add_note(f"Raised by the JAX function wrapped in {self}.")
+            raise
+        return [np.array(output) for output in outputs]
+
+    def perform(self, node: Apply, inputs: Sequence[Any], output_storage) -> None:
+        for storage, value in zip(output_storage, self.host_call(*inputs)):
+            storage[0] = value
+
+    # ------------------------------------------------------------------ shapes
+    def infer_shape(self, node: Apply, input_shapes) -> list:
+        env = {
+            symbol_name(i, j): dim
+            for i, shape in enumerate(input_shapes)
+            if shape is not None
+            for j, dim in enumerate(shape)
+        }
+        shapes = []
+        for dims in self.output_dims:
+            try:
+                if any(d is None for d in dims):
+                    raise ValueError("unknown output dim")
+                shapes.append(tuple(dim_to_tensor(d, env) for d in dims))
+            except (ValueError, KeyError):
+                # Not expressible in input shapes: ShapeFeature reads it off
+                # the computed output instead.
+                shapes.append(None)
+        if all(s is None for s in shapes) and shapes:
+            raise ShapeError(f"{self}: output shapes are known only at run time")
+        return shapes
+
+    # --------------------------------------------------------------- gradients
+    def connection_pattern(self, node: Apply) -> list[list[bool]]:
+        return [
+            [_differentiable(i) and _differentiable(o) for o in self.output_types]
+            for i in self.input_types
+        ]
+
+    def _input_dims(self, index: int) -> tuple[int | str, ...]:
+        shape = self.input_types[index].shape
+        return tuple(symbol_name(index, j) if d is None else d for j, d in enumerate(shape))
+
+    def pullback(self, inputs, outputs, cotangents) -> list[Variable]:
+        wrt = tuple(_differentiable(t) for t in self.input_types)
+        cotangent_outputs = tuple(
+            k
+            for k, (ct, t) in enumerate(zip(cotangents, self.output_types))
+            if _differentiable(t) and not isinstance(ct.type, DisconnectedType)
+        )
+        if not any(wrt) or not cotangent_outputs:
+            return [disconnected_type() for _ in inputs]
+        cotangent_types = [self.output_types[k] for k in cotangent_outputs]
+        vjp_op = OpFromJax(
+            VJPFunction(
+                self.fn, wrt, cotangent_outputs, tuple(t.dtype for t in cotangent_types)
+            ),
+            [*self.input_types, *cotangent_types],
+            [t for t, w in zip(self.input_types, wrt) if w],
+            name=f"vjp({self.name})",
+            output_dims=tuple(self._input_dims(i) for i, w in enumerate(wrt) if w),
+        )
+        cotangent_values = [
+            t.filter_variable(pt.cast(cotangents[k], t.dtype))
+            for k, t in zip(cotangent_outputs, cotangent_types)
+        ]
+        gradients = iter(vjp_op(*inputs, *cotangent_values, return_list=True))
+        return [next(gradients) if w else disconnected_type() for w in wrt]
+
+    def pushforward(self, inputs, outputs, tangents) -> list[Variable]:
+        wrt = tuple(
+            _differentiable(t) and not isinstance(tangent.type, DisconnectedType)
+            for t, tangent in zip(self.input_types, tangents)
+        )
+        tangent_outputs = tuple(
+            k for k, t in enumerate(self.output_types) if _differentiable(t)
+        )
+        if not any(wrt) or not tangent_outputs:
+            return [disconnected_type() for _ in outputs]
+        wrt_types = [t for t, w in zip(self.input_types, wrt) if w]
+        jvp_op = OpFromJax(
+            JVPFunction(self.fn, wrt, tangent_outputs),
+            [*self.input_types, *wrt_types],
+            [self.output_types[k] for k in tangent_outputs],
+            name=f"jvp({self.name})",
+            output_dims=tuple(self.output_dims[k] for k in tangent_outputs),
+        )
+        tangent_values = [
+            t.filter_variable(pt.cast(tangent, t.dtype))
+            for t, tangent, w in zip(self.input_types, tangents, wrt)
+            if w
+        ]
+        output_tangents = iter(jvp_op(*inputs, *tangent_values, return_list=True))
+        return [
+            next(output_tangents) if k in tangent_outputs else disconnected_type()
+            for k in range(len(outputs))
+        ]
+
+
+# ---------------------------------------------------------------------------
+# Symbolic callables
+# ---------------------------------------------------------------------------
+
+
+class SymbolicCallable:
+    """A callable returned by a wrapped function, held symbolically.
+
+    It remembers the function that produced it and that function's symbolic
+    inputs. Passed to another wrapped function (alone or inside a pytree), it
+    is rebuilt inside that function's JAX trace, which takes the producer's
+    inputs as extra inputs, so gradients flow back to them. Called with
+    PyTensor variables, it gives PyTensor variables.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import pytensor.tensor as pt
+    >>> @as_jax_op
+    ... def line(slope):
+    ...     return lambda t: slope * t
+    >>> slope = pt.scalar("slope")
+    >>> f = line(slope)
+    >>> f
+    SymbolicCallable(line)
+    >>> f(pt.constant(2.0)).eval({slope: 3.0})
+    array(6.)
+    """
+
+    def __init__(
+        self, producer: FlatJaxFunction, index: int, inputs: Sequence[Variable]
+    ):
+        self.producer = producer
+        self.index = index
+        self.inputs = tuple(inputs)
+        n_callables = producer.layout.kinds.count("callable")
+        self.name = producer.name + (f"[{index}]" if n_callables > 1 else "")
+
+    def __repr__(self) -> str:
+        return f"SymbolicCallable({self.name})"
+
+    @functools.cached_property
+    def _call_wrapper(self) -> JaxOpWrapper:
+        return JaxOpWrapper(_call_symbolic, name=f"call({self.name})")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call_wrapper(self, *args, **kwargs)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_call_wrapper", None)
+        return state
+
+
+def _call_symbolic(function: Callable, *args: Any, **kwargs: Any) -> Any:
+    return function(*args, **kwargs)
+
+
+@_as_tensor_variable.register(SymbolicCallable)
+def _symbolic_callable_as_tensor(x: SymbolicCallable, *args, **kwargs):
+    raise TypeError(
+        f"{x!r} is a function, not a tensor: it cannot be used in a PyTensor "
+        "expression. Call it with tensors (`f(t)`) to get a tensor, or pass it "
+        "as an argument to another function wrapped with `as_jax_op`."
+    )
+
+
+# ---------------------------------------------------------------------------
+# The decorator
+# ---------------------------------------------------------------------------
+
+
+def _types_in_place_of_variables(tree: Any) -> Any:
+    return jax.tree_util.tree_map(
+        lambda leaf: leaf.type if isinstance(leaf, Variable) else leaf, tree
+    )
+
+
+class JaxOpWrapper:
+    """A JAX function made callable with PyTensor variables (see :func:`as_jax_op`).
+
+    Ops are cached per call signature (static arguments and input types), so
+    equal calls give the very same op, whose jitted function is shared.
+    """
+
+    #: How many distinct call signatures keep their op cached.
+    cache_size = 256
+
+    def __init__(
+        self,
+        fn: Callable,
+        name: str | None = None,
+        output_types: Any = None,
+    ):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", None) or "jax_function"
+        self.output_types = output_types
+        self._ops: OrderedDict = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"as_jax_op({self.name})"
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_ops"] = OrderedDict()
+        return state
+
+    def _check_arguments(self, args: tuple, kwargs: dict) -> None:
+        try:
+            signature = inspect.signature(self.fn)
+        except (TypeError, ValueError):
+            return
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise TypeError(
+                f"The JAX function {self.name!r}{signature} was called with "
+                f"wrong arguments: {error}."
+            ) from None
+
+    def _inputs_and_leaf_specs(self, leaves: Sequence[Any]):
+        inputs: list[TensorVariable] = []
+        specs: list = []
+        for leaf in leaves:
+            if isinstance(leaf, SymbolicCallable):
+                specs.append(Nested(leaf.producer, leaf.index))
+                inputs.extend(leaf.inputs)
+            elif isinstance(leaf, Variable):
+                if not isinstance(leaf.type, TensorType):
+                    try:
+                        leaf = pt.as_tensor_variable(leaf)
+                    except (TypeError, ValueError):
+                        raise TypeError(
+                            f"The JAX function {self.name!r} was given {leaf!r} of "
+                            f"type {leaf.type}; only tensor variables (and "
+                            "non-symbolic static values) can be arguments."
+                        ) from None
+                specs.append(INPUT)
+                inputs.append(leaf)
+            else:
+                specs.append(Static(leaf))
+        return inputs, tuple(specs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._check_arguments(args, kwargs)
+        leaves, treedef = jax.tree_util.tree_flatten(
+            (args, kwargs), is_leaf=lambda x: isinstance(x, SymbolicCallable)
+        )
+        inputs, specs = self._inputs_and_leaf_specs(leaves)
+        flat = FlatJaxFunction(self.fn, treedef, specs, name=self.name)
+        input_types = tuple(v.type for v in inputs)
+        known_shapes = tuple(_known_shape(v) for v in inputs)
+
+        key = (flat, input_types, known_shapes)
+        op = self._ops.get(key)
+        if op is None:
+            op = self._build_op(flat, input_types, known_shapes, args, kwargs)
+            self._ops[key] = op
+            if len(self._ops) > self.cache_size:
+                self._ops.popitem(last=False)
+        else:
+            self._ops.move_to_end(key)
+
+        flat = op.fn
+        outputs = op(*inputs, return_list=True) if op.output_types else []
+        return _rebuild_outputs(flat, outputs, inputs)
+
+    def _build_op(self, flat, input_types, known_shapes, args, kwargs) -> OpFromJax:
+        if self.output_types is not None:
+            layout, output_types, output_dims = self._explicit_types(args, kwargs)
+        else:
+
+            def describe_call() -> str:
+                return (
+                    f"The JAX function {flat.describe()!r} called with inputs "
+                    f"({_describe_types(input_types)})"
+                )
+
+            traced = trace_output_types(
+                flat.trace, input_types, known_shapes, describe_call
+            )
+            layout = traced.layout
+            output_types, output_dims = traced.output_types, traced.output_dims
+        flat = FlatJaxFunction(flat.fn, flat.treedef, flat.leaves, flat.name, layout)
+        return OpFromJax(
+            flat, input_types, output_types, name=self.name, output_dims=output_dims
+        )
+
+    def _explicit_types(self, args, kwargs):
+        spec = self.output_types
+        if callable(spec) and not isinstance(spec, TensorType):
+            type_args, type_kwargs = _types_in_place_of_variables((args, kwargs))
+            spec = spec(*type_args, **type_kwargs)
+        types, treedef = jax.tree_util.tree_flatten(spec)
+        for t in types:
+            if not isinstance(t, TensorType):
+                raise TypeError(
+                    f"output_types of {self.name!r} must be a pytree of TensorTypes "
+                    f"(e.g. pt.dvector().type), got a leaf {t!r}."
+                )
+        layout = OutputLayout(treedef, ("array",) * len(types), ())
+        return layout, tuple(types), tuple(tuple(t.shape) for t in types)
+
+
+def _known_shape(variable: TensorVariable) -> tuple[int | None, ...]:
+    """The static shape, refined by PyTensor's static shape inference."""
+    shape = variable.type.shape
+    if None not in shape:
+        return shape
+    _, inferred = infer_static_shape(variable.shape)
+    return tuple(s if s is not None else i for s, i in zip(shape, inferred))
+
+
+def _rebuild_outputs(
+    flat: FlatJaxFunction, outputs: Sequence[Variable], inputs: Sequence[Variable]
+) -> Any:
+    layout = flat.layout
+    arrays, statics = iter(outputs), iter(layout.statics)
+    n_callables = 0
+    leaves = []
+    for kind in layout.kinds:
+        if kind == "array":
+            leaves.append(next(arrays))
+        elif kind == "static":
+            leaves.append(next(statics))
+        else:
+            leaves.append(SymbolicCallable(flat, n_callables, inputs))
+            n_callables += 1
+    return jax.tree_util.tree_unflatten(layout.treedef, leaves)
+
+
+def as_jax_op(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    output_types: Any = None,
+) -> Any:
+    """Make a JAX function callable with PyTensor variables.
+
+    The function may take and return any pytree (dicts, lists, tuples,
+    namedtuples, equinox modules...). Leaves that are PyTensor variables become
+    the op's inputs; every other leaf (numbers, strings, None, callables,
+    NumPy/JAX arrays) is a static argument, baked into the op and part of its
+    identity. Callables returned by the function become
+    :class:`SymbolicCallable`\\ s that other wrapped functions can take.
+
+    Parameters
+    ----------
+    fn
+        The JAX function. Without it, returns a decorator.
+    name
+        The op name shown in graphs (default: ``fn.__name__``).
+    output_types
+        The output types, when JAX cannot infer them by tracing: a pytree of
+        :class:`~pytensor.tensor.type.TensorType` shaped like the function's
+        output, or a callable taking the call's arguments with every PyTensor
+        variable replaced by its type and returning such a pytree.
+
+    Returns
+    -------
+    JaxOpWrapper
+        Calling it with PyTensor variables returns the function's output pytree
+        with PyTensor variables at its array leaves.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import pytensor
+    >>> import pytensor.tensor as pt
+    >>> @as_jax_op
+    ... def model(params, x, *, kind="tanh"):
+    ...     h = params["w"] @ x + params["b"]
+    ...     h = jnp.tanh(h) if kind == "tanh" else h
+    ...     return {"mean": h, "norm": jnp.sum(h**2)}
+    >>> w = pt.matrix("w", shape=(2, 3))
+    >>> b = pt.vector("b", shape=(2,))
+    >>> x = pt.vector("x", shape=(3,))
+    >>> out = model({"w": w, "b": b}, x, kind="linear")
+    >>> out["mean"].type
+    TensorType(float64, shape=(2,))
+    >>> f = pytensor.function([w, b, x], pt.grad(out["norm"], b))
+    >>> f(np.ones((2, 3)), np.zeros(2), np.ones(3))
+    array([6., 6.])
+
+    Unknown input lengths stay symbolic; constant output dims stay static:
+
+    >>> @as_jax_op
+    ... def running_mean(y):
+    ...     return jnp.cumsum(y) / jnp.arange(1, y.shape[0] + 1), jnp.sum(y)
+    >>> s, total = running_mean(pt.vector("y"))
+    >>> s.type.shape, total.type.shape
+    ((None,), ())
+    """
+    if fn is None:
+        return functools.partial(as_jax_op, name=name, output_types=output_types)
+    return JaxOpWrapper(fn, name=name, output_types=output_types)
+
+
+# Register the JAX and Numba dispatches. The JAX dispatch module imports
+# PyTensor's JAX backend, which sets ``jax_enable_x64`` from ``floatX`` when
+# first imported; it is imported first so the setting below wins.
+import pytensor.link.jax.dispatch.jax_ofg  # noqa: E402, F401
+import pytensor.link.numba.dispatch.jax_ofg  # noqa: E402, F401
+
+
+# PyTensor types carry explicit dtypes: without x64, JAX would silently turn
+# float64 into float32 and int64 into int32.
+jax.config.update("jax_enable_x64", True)

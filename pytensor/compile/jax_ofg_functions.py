@@ -1,0 +1,361 @@
+"""JAX callables over flat arrays: the inner functions of :class:`OpFromJax`.
+
+An :class:`~pytensor.compile.jax_ofg.OpFromJax` runs a JAX function that takes
+flat arrays and returns a tuple of arrays. This module builds those functions:
+
+* :class:`FlatJaxFunction` turns a pytree function called with PyTensor
+  variables, static values and symbolic callables into a function of the flat
+  input arrays (the decorator's inner function).
+* :class:`VJPFunction` and :class:`JVPFunction` are the reverse- and
+  forward-mode derivatives of any such function.
+
+Every class here is a frozen dataclass: equal fields give equal, equally hashed
+functions, which is what makes two equal ops compare equal and merge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+
+ArrayTuple = tuple[Any, ...]
+
+
+class _InputLeaf:
+    """Marks a leaf of the call's pytree that is one input array of the op."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<input>"
+
+    def __reduce__(self):
+        return "INPUT"
+
+
+INPUT = _InputLeaf()
+
+
+def _short(value: Any, width: int = 40) -> str:
+    """A short, stable description of a static value for op names."""
+    if isinstance(value, np.ndarray | np.generic | jax.Array):
+        array = np.asarray(value)
+        dims = ",".join(map(str, array.shape))
+        return f"{array.dtype.name}[{dims}]"
+    if callable(value):
+        return getattr(value, "__qualname__", None) or type(value).__name__
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def static_key(value: Any) -> Hashable:
+    """The identity of a static leaf: equal keys mean interchangeable values.
+
+    Arrays are compared by dtype, shape and content; hashable values by type
+    and value (so ``1``, ``1.0`` and ``True`` differ); anything unhashable by
+    object identity (the leaf is kept alive by the :class:`Static` holding it).
+    """
+    if isinstance(value, np.ndarray | np.generic | jax.Array):
+        array = np.asarray(value)
+        digest = hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+        return ("array", array.dtype.str, array.shape, digest)
+    if isinstance(value, float):
+        return (float, value.hex())
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return (type(value), value)
+
+
+@dataclass(frozen=True, eq=False)
+class Static:
+    """A leaf of the call that is baked into the inner function."""
+
+    value: Any
+    key: Hashable = field(init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "key", static_key(self.value))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Static) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return _short(self.value)
+
+    def __getstate__(self):
+        return {"value": self.value}
+
+    def __setstate__(self, state):
+        object.__setattr__(self, "value", state["value"])
+        self.__post_init__()
+
+
+@dataclass(frozen=True)
+class Nested:
+    """A leaf that is a callable returned by another wrapped function.
+
+    Inside the outer function's trace the callable is rebuilt by running
+    ``producer`` on the producer's own inputs (which the outer op takes as
+    extra inputs) and picking its ``index``-th callable output.
+    """
+
+    producer: FlatJaxFunction
+    index: int
+
+    @property
+    def n_inputs(self) -> int:
+        return self.producer.n_inputs
+
+    def rebuild(self, arrays: Sequence[Any]) -> Callable:
+        return self.producer.callables(*arrays)[self.index]
+
+    def __repr__(self) -> str:
+        return self.producer.name
+
+
+LeafSpec = _InputLeaf | Static | Nested
+
+
+@dataclass(frozen=True)
+class OutputLayout:
+    """How the flat array outputs sit in the function's output pytree.
+
+    ``kinds`` holds, for every leaf of ``treedef`` (with callables taken as
+    leaves), ``"array"``, ``"callable"`` or ``"static"``; ``statics`` holds the
+    values of the static leaves, returned to the caller unchanged.
+    """
+
+    treedef: Any
+    kinds: tuple[str, ...]
+    statics: tuple[Any, ...]
+
+    @property
+    def n_arrays(self) -> int:
+        return self.kinds.count("array")
+
+
+def _is_array(leaf: Any) -> bool:
+    return isinstance(leaf, jax.Array | np.ndarray | np.generic)
+
+
+def _leaf_kind(leaf: Any) -> str:
+    if _is_array(leaf):
+        return "array"
+    if callable(leaf):
+        return "callable"
+    return "static"
+
+
+def flatten_outputs(outputs: Any) -> tuple[list[Any], OutputLayout]:
+    """Flatten a function result, keeping callables (closures, modules) whole."""
+    leaves, treedef = jax.tree_util.tree_flatten(
+        outputs, is_leaf=lambda x: callable(x) and not _is_array(x)
+    )
+    kinds = tuple(_leaf_kind(leaf) for leaf in leaves)
+    statics = tuple(leaf for leaf, kind in zip(leaves, kinds) if kind == "static")
+    return leaves, OutputLayout(treedef, kinds, statics)
+
+
+class OutputStructureError(TypeError):
+    """A wrapped function returned another pytree than at trace time."""
+
+
+@dataclass(frozen=True)
+class FlatJaxFunction:
+    """A pytree function, its static arguments and its call structure, over flat arrays.
+
+    Parameters
+    ----------
+    fn
+        The user's JAX function.
+    treedef
+        The tree structure of the call's ``(args, kwargs)``.
+    leaves
+        One entry per leaf of ``treedef``: :data:`INPUT` (the next input
+        array), :class:`Static` (a baked-in value) or :class:`Nested` (a
+        callable rebuilt from the next ``n_inputs`` arrays).
+    name
+        The name shown in graphs (not part of the identity).
+    layout
+        The output layout found when tracing; once set, every later trace
+        checks the function still returns that structure.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> def scale(x, *, factor):
+    ...     return {"y": factor * x}
+    >>> args = ((INPUT,), {"factor": 2.0})
+    >>> leaves, treedef = jax.tree_util.tree_flatten(args)
+    >>> flat = FlatJaxFunction(
+    ...     scale, treedef, (INPUT, Static(2.0)), name="scale"
+    ... )
+    >>> flat(jnp.ones(2))
+    (Array([2., 2.], dtype=float64),)
+    """
+
+    fn: Callable
+    treedef: Any
+    leaves: tuple[LeafSpec, ...]
+    name: str = field(default="", compare=False)
+    layout: OutputLayout | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def n_inputs(self) -> int:
+        return sum(
+            1 if leaf is INPUT else leaf.n_inputs
+            for leaf in self.leaves
+            if not isinstance(leaf, Static)
+        )
+
+    def call_pytree(self, *arrays: Any) -> Any:
+        """Call the function with the arrays put back in their pytree places."""
+        position = 0
+        values = []
+        for leaf in self.leaves:
+            if leaf is INPUT:
+                values.append(arrays[position])
+                position += 1
+            elif isinstance(leaf, Static):
+                values.append(leaf.value)
+            else:
+                values.append(leaf.rebuild(arrays[position : position + leaf.n_inputs]))
+                position += leaf.n_inputs
+        args, kwargs = jax.tree_util.tree_unflatten(self.treedef, values)
+        return self.fn(*args, **kwargs)
+
+    def trace(self, *arrays: Any) -> tuple[list[Any], OutputLayout]:
+        """Call the function and return its output leaves and layout."""
+        return flatten_outputs(self.call_pytree(*arrays))
+
+    def _checked_leaves(self, *arrays: Any) -> list[Any]:
+        leaves, layout = self.trace(*arrays)
+        expected = self.layout
+        if expected is not None and (
+            layout.treedef != expected.treedef or layout.kinds != expected.kinds
+        ):
+            raise OutputStructureError(
+                f"The JAX function {self.name!r} returned an output of structure "
+                f"{layout.treedef} (leaf kinds {layout.kinds}), but it returned "
+                f"{expected.treedef} (leaf kinds {expected.kinds}) when its "
+                "output types were inferred. A wrapped function must return the "
+                "same pytree structure for every input value."
+            )
+        return leaves
+
+    def __call__(self, *arrays: Any) -> ArrayTuple:
+        """The array outputs, in pytree order (what the op outputs)."""
+        leaves = self._checked_leaves(*arrays)
+        return tuple(leaf for leaf in leaves if _is_array(leaf))
+
+    def callables(self, *arrays: Any) -> list[Callable]:
+        """The callable outputs, in pytree order (what symbolic callables hold)."""
+        leaves = self._checked_leaves(*arrays)
+        return [leaf for leaf in leaves if _leaf_kind(leaf) == "callable"]
+
+    def describe(self) -> str:
+        """``name(static=..., nested=...)``: what the function bakes in."""
+        parts = [repr(leaf) for leaf in self.leaves if leaf is not INPUT]
+        return f"{self.name}({', '.join(parts)})" if parts else self.name
+
+
+def as_tuple_function(fn: Callable) -> Callable[..., ArrayTuple]:
+    """Normalize a function returning a tuple, a list or a bare array."""
+    if isinstance(fn, FlatJaxFunction | TupleOutputs | VJPFunction | JVPFunction):
+        return fn
+    return TupleOutputs(fn)
+
+
+@dataclass(frozen=True)
+class TupleOutputs:
+    """A user's flat function whose result may be a bare array."""
+
+    fn: Callable
+
+    def __call__(self, *arrays: Any) -> ArrayTuple:
+        result = self.fn(*arrays)
+        if isinstance(result, tuple | list):
+            return tuple(result)
+        return (result,)
+
+
+def _merge(
+    fixed: Sequence[Any], varying: Sequence[Any], mask: Sequence[bool]
+) -> list[Any]:
+    """Put ``varying`` into the positions of ``fixed`` where ``mask`` is true."""
+    values = list(fixed)
+    varying_iter = iter(varying)
+    for i, selected in enumerate(mask):
+        if selected:
+            values[i] = next(varying_iter)
+    return values
+
+
+@dataclass(frozen=True)
+class VJPFunction:
+    """Reverse mode of ``forward``: ``(*primals, *cotangents) -> input cotangents``.
+
+    Only the inputs flagged in ``wrt`` are differentiated (integer inputs are
+    held constant) and only the outputs listed in ``cotangent_outputs``
+    receive a cotangent, cast to that output's dtype.
+    """
+
+    forward: Callable[..., ArrayTuple]
+    wrt: tuple[bool, ...]
+    cotangent_outputs: tuple[int, ...]
+    cotangent_dtypes: tuple[str, ...]
+
+    def __call__(self, *args: Any) -> ArrayTuple:
+        n_primals = len(self.wrt)
+        primals, cotangents = args[:n_primals], args[n_primals:]
+
+        def restricted(*differentiable):
+            outputs = self.forward(*_merge(primals, differentiable, self.wrt))
+            return tuple(outputs[i] for i in self.cotangent_outputs)
+
+        wrt_primals = [p for p, selected in zip(primals, self.wrt) if selected]
+        _, pullback = jax.vjp(restricted, *wrt_primals)
+        return tuple(
+            pullback(
+                tuple(
+                    jax.numpy.asarray(ct, dtype)
+                    for ct, dtype in zip(cotangents, self.cotangent_dtypes)
+                )
+            )
+        )
+
+
+@dataclass(frozen=True)
+class JVPFunction:
+    """Forward mode of ``forward``: ``(*primals, *tangents) -> output tangents``.
+
+    Tangents are given for the inputs flagged in ``wrt``; the result holds the
+    tangents of the outputs listed in ``tangent_outputs``.
+    """
+
+    forward: Callable[..., ArrayTuple]
+    wrt: tuple[bool, ...]
+    tangent_outputs: tuple[int, ...]
+
+    def __call__(self, *args: Any) -> ArrayTuple:
+        n_primals = len(self.wrt)
+        primals, tangents = args[:n_primals], args[n_primals:]
+
+        def restricted(*differentiable):
+            return self.forward(*_merge(primals, differentiable, self.wrt))
+
+        wrt_primals = [p for p, selected in zip(primals, self.wrt) if selected]
+        tangents = [jax.numpy.asarray(t, p.dtype) for t, p in zip(tangents, wrt_primals)]
+        _, output_tangents = jax.jvp(restricted, tuple(wrt_primals), tuple(tangents))
+        return tuple(output_tangents[i] for i in self.tangent_outputs)

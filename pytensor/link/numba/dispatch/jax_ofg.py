@@ -1,0 +1,42 @@
+"""Numba linker: an :class:`OpFromJax` calls its jitted JAX function in object mode.
+
+PyTensor's generic fallback would do the same through ``perform`` and warn at
+every compile; this enters object mode once per call and goes straight to the
+op's :meth:`~OpFromJax.host_call`. The result cannot be cached on disk by
+Numba (it holds a Python callable), hence the ``None`` cache key.
+"""
+
+import numba
+
+from pytensor.compile.jax_ofg import OpFromJax
+from pytensor.link.numba.dispatch.basic import (
+    get_numba_type,
+    numba_njit,
+    register_funcify_and_cache_key,
+)
+
+
+@register_funcify_and_cache_key(OpFromJax)
+def numba_funcify_OpFromJax(op: OpFromJax, node=None, **kwargs):
+    output_types = [get_numba_type(out.type) for out in node.outputs]
+    host_call = op.host_call
+
+    if len(output_types) == 1:
+        return_type = output_types[0]
+
+        def call(inputs):
+            return host_call(*inputs)[0]
+
+    else:
+        return_type = numba.types.Tuple(output_types)
+
+        def call(inputs):
+            return tuple(host_call(*inputs))
+
+    @numba_njit
+    def opfromjax(*inputs):
+        with numba.objmode(outputs=return_type):
+            outputs = call(inputs)
+        return outputs
+
+    return opfromjax, None
