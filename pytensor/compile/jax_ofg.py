@@ -190,7 +190,9 @@ class OpFromJax(Op):
         it costs nothing per call.
         """
         # Under the JAX linker, 0-d constants arrive as Python scalars.
-        arrays = [jnp.asarray(a, dtype=t.dtype) for a, t in zip(arrays, self.input_types)]
+        arrays = [
+            jnp.asarray(a, dtype=t.dtype) for a, t in zip(arrays, self.input_types)
+        ]
         outputs = tuple(jnp.asarray(o) for o in self.fn(*arrays))
         if len(outputs) != len(self.output_types):
             raise TypeError(
@@ -269,7 +271,9 @@ class OpFromJax(Op):
 
     def _input_dims(self, index: int) -> tuple[int | str, ...]:
         shape = self.input_types[index].shape
-        return tuple(symbol_name(index, j) if d is None else d for j, d in enumerate(shape))
+        return tuple(
+            symbol_name(index, j) if d is None else d for j, d in enumerate(shape)
+        )
 
     def pullback(self, inputs, outputs, cotangents) -> list[Variable]:
         wrt = tuple(_differentiable(t) for t in self.input_types)
@@ -630,7 +634,7 @@ def as_jax_op(
 # Register the JAX and Numba dispatches. The JAX dispatch module imports
 # PyTensor's JAX backend, which sets ``jax_enable_x64`` from ``floatX`` when
 # first imported; it is imported first so the setting below wins.
-import pytensor.link.jax.dispatch.jax_ofg  # noqa: E402, F401
+import pytensor.link.jax.dispatch.jax_ofg  # noqa: E402
 import pytensor.link.numba.dispatch.jax_ofg  # noqa: E402, F401
 
 

@@ -356,6 +356,8 @@ class JVPFunction:
             return self.forward(*_merge(primals, differentiable, self.wrt))
 
         wrt_primals = [p for p, selected in zip(primals, self.wrt) if selected]
-        tangents = [jax.numpy.asarray(t, p.dtype) for t, p in zip(tangents, wrt_primals)]
+        tangents = [
+            jax.numpy.asarray(t, p.dtype) for t, p in zip(tangents, wrt_primals)
+        ]
         _, output_tangents = jax.jvp(restricted, tuple(wrt_primals), tuple(tangents))
         return tuple(output_tangents[i] for i in self.tangent_outputs)
