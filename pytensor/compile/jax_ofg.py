@@ -389,13 +389,21 @@ def _call_symbolic(function: Callable, *args: Any, **kwargs: Any) -> Any:
     return function(*args, **kwargs)
 
 
-@_as_tensor_variable.register(SymbolicCallable)
-def _symbolic_callable_as_tensor(x: SymbolicCallable, *args, **kwargs):
+def _not_a_tensor(x: SymbolicCallable, *args, **kwargs):
     raise TypeError(
         f"{x!r} is a function, not a tensor: it cannot be used in a PyTensor "
         "expression. Call it with tensors (`f(t)`) to get a tensor, or pass it "
         "as an argument to another function wrapped with `as_jax_op`."
     )
+
+
+_as_tensor_variable.register(SymbolicCallable)(_not_a_tensor)
+# Arithmetic with tensors would otherwise end in Python's bare "unsupported
+# operand type(s)" message.
+for _operator in ("add", "sub", "mul", "truediv", "floordiv", "pow", "matmul", "mod"):
+    setattr(SymbolicCallable, f"__{_operator}__", _not_a_tensor)
+    setattr(SymbolicCallable, f"__r{_operator}__", _not_a_tensor)
+SymbolicCallable.__neg__ = _not_a_tensor
 
 
 # ---------------------------------------------------------------------------
