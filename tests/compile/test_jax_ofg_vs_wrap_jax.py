@@ -1,0 +1,106 @@
+"""The README's comparison with ``pytensor.wrap_jax``, claim by claim.
+
+Each test states what ``as_jax_op`` does and what PyTensor's built-in wrapper
+(3.3.x) does on the same input, so the README table cannot drift from the truth.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.jax_ofg import SymbolicCallable, as_jax_op
+from pytensor.gradient import pushforward
+
+
+def scaled(x, factor):
+    return x * factor
+
+
+def test_equal_calls_merge_only_with_as_jax_op():
+    x = pt.vector("x", shape=(3,))
+    ours = as_jax_op(scaled)
+    theirs = pytensor.wrap_jax(scaled)
+    assert ours(x, 2.0).owner.op == ours(x, 2.0).owner.op
+    assert theirs(x, 2.0).owner.op != theirs(x, 2.0).owner.op
+
+
+def test_unknown_dims_keep_static_dims_only_with_as_jax_op():
+    def outer(x, y):
+        return jnp.outer(x, y)
+
+    x, y = pt.vector("x"), pt.vector("y", shape=(3,))
+    assert as_jax_op(outer)(x, y).type.shape == (None, 3)
+    # wrap_jax compiles and evaluates the input graph for shapes, which fails
+    # for a free input, and otherwise forgets every static output dim.
+    with pytest.raises(ValueError, match="Could not compile a function"):
+        pytensor.wrap_jax(outer)(x, y)
+    data = pytensor.shared(np.ones(4))
+    assert pytensor.wrap_jax(outer)(data, y).type.shape == (None, None)
+    assert as_jax_op(outer)(data, y).type.shape == (None, 3)
+
+
+def test_forward_mode_only_with_as_jax_op():
+    x, t = pt.vector("x", shape=(3,)), pt.vector("t", shape=(3,))
+    ours = pushforward(as_jax_op(jnp.sin)(x), x, t, use_op_pushforward=True)
+    np.testing.assert_allclose(
+        ours.eval({x: np.ones(3), t: np.ones(3)}), np.cos(np.ones(3))
+    )
+    with pytest.raises(NotImplementedError):
+        pushforward(pytensor.wrap_jax(jnp.sin)(x), x, t, use_op_pushforward=True)
+
+
+def test_returned_closures_compose_only_with_as_jax_op():
+    def line(slope):
+        return lambda t: slope * t
+
+    def at_two(f):
+        return f(2.0)
+
+    slope = pt.scalar("slope")
+    f = as_jax_op(line)(slope)
+    assert isinstance(f, SymbolicCallable)
+    np.testing.assert_allclose(as_jax_op(at_two)(f).eval({slope: 3.0}), 6.0)
+    with pytest.raises(Exception):  # noqa: B017 - any failure proves the point
+        leaked = pytensor.wrap_jax(line)(slope)
+        pytensor.wrap_jax(at_two)(leaked).eval({slope: 3.0})
+
+
+def test_jax_arrays_in_outputs_are_copied_by_both():
+    x = pt.vector("x", shape=(2,))
+    for wrap in (as_jax_op, pytensor.wrap_jax):
+        value = pytensor.function([x], wrap(jnp.negative)(x), mode="CVM")(np.ones(2))
+        assert value.flags.writeable
+
+
+FRESH_PROCESS = """
+import sys
+import pytensor, pytensor.tensor as pt
+import pytensor.compile
+pytensor.compile.__path__.insert(0, sys.argv[1])
+x = pt.dvector("x", shape=(3,))
+if sys.argv[2] == "ours":
+    from pytensor.compile.jax_ofg import as_jax_op as wrap
+else:
+    wrap = pytensor.wrap_jax
+print(wrap(lambda x: x * 2)(x).type.dtype)
+"""
+
+
+@pytest.mark.parametrize("which, dtype", [("ours", "float64"), ("wrap_jax", "float32")])
+def test_float64_in_a_fresh_process(which, dtype, tmp_path):
+    """Before PyTensor's JAX backend is imported, wrap_jax narrows float64."""
+    compile_dir = str(Path(__file__).resolve().parents[2] / "pytensor" / "compile")
+    result = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, compile_dir, which],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    )
+    assert result.stdout.split()[-1] == dtype
