@@ -27,9 +27,7 @@ def test_user_guide_examples():
     # Sphinx's `testsetup` block is not a doctest: run its imports first.
     setup = DOC.read_text().split(".. testsetup::")[1].split("\n\n")[1]
     globs = {}
-    exec(
-        "\n".join(line.strip() for line in setup.splitlines()), globs
-    )
+    exec("\n".join(line.strip() for line in setup.splitlines()), globs)
     result = doctest.testfile(
         str(DOC), module_relative=False, globs=globs, optionflags=FLAGS
     )

@@ -6,6 +6,7 @@ Each test states what ``as_jax_op`` does and what PyTensor's built-in wrapper
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -80,6 +81,7 @@ def test_jax_arrays_in_outputs_are_copied_by_both():
 
 FRESH_PROCESS = """
 import sys
+import warnings
 import pytensor, pytensor.tensor as pt
 import pytensor.compile
 pytensor.compile.__path__.insert(0, sys.argv[1])
@@ -104,3 +106,13 @@ def test_float64_in_a_fresh_process(which, dtype, tmp_path):
         check=True,
     )
     assert result.stdout.split()[-1] == dtype
+
+
+def test_numba_object_mode_warning_only_for_wrap_jax():
+    x = pt.vector("x", shape=(3,))
+    for wrap, warns in [(as_jax_op, False), (pytensor.wrap_jax, True)]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            f = pytensor.function([x], wrap(jnp.cos)(x))  # default mode: Numba
+        np.testing.assert_allclose(f(np.zeros(3)), np.ones(3))
+        assert any("object mode" in str(w.message) for w in caught) is warns
