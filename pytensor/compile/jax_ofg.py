@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,6 +44,7 @@ except ImportError as _error:  # pragma: no cover - exercised in a subprocess te
     ) from _error
 
 import pytensor.tensor as pt
+from pytensor import config
 from pytensor.compile.jax_ofg_functions import (
     INPUT,
     FlatJaxFunction,
@@ -73,6 +76,10 @@ __all__ = ["OpFromJax", "ShapeInferenceError", "SymbolicCallable", "as_jax_op"]
 
 def _differentiable(tensor_type: TensorType) -> bool:
     return tensor_type.dtype.startswith(("float", "complex"))
+
+
+def _zero_gradient(integer_input: Variable) -> Variable:
+    return integer_input.zeros_like(dtype=config.floatX)
 
 
 def _describe_types(types: Sequence[TensorType]) -> str:
@@ -264,9 +271,10 @@ class OpFromJax(Op):
 
     # --------------------------------------------------------------- gradients
     def connection_pattern(self, node: Apply) -> list[list[bool]]:
+        # Integer inputs count as connected (with zero gradient), as in
+        # PyTensor's own ops, so `pt.grad(cost, int_input)` gives zeros.
         return [
-            [_differentiable(i) and _differentiable(o) for o in self.output_types]
-            for i in self.input_types
+            [_differentiable(o) for o in self.output_types] for _ in self.input_types
         ]
 
     def _input_dims(self, index: int) -> tuple[int | str, ...]:
@@ -282,8 +290,10 @@ class OpFromJax(Op):
             for k, (ct, t) in enumerate(zip(cotangents, self.output_types))
             if _differentiable(t) and not isinstance(ct.type, DisconnectedType)
         )
-        if not any(wrt) or not cotangent_outputs:
+        if not cotangent_outputs:
             return [disconnected_type() for _ in inputs]
+        if not any(wrt):
+            return [_zero_gradient(x) for x in inputs]
         cotangent_types = [self.output_types[k] for k in cotangent_outputs]
         vjp_op = OpFromJax(
             VJPFunction(
@@ -299,7 +309,9 @@ class OpFromJax(Op):
             for k, t in zip(cotangent_outputs, cotangent_types)
         ]
         gradients = iter(vjp_op(*inputs, *cotangent_values, return_list=True))
-        return [next(gradients) if w else disconnected_type() for w in wrt]
+        return [
+            next(gradients) if w else _zero_gradient(x) for x, w in zip(inputs, wrt)
+        ]
 
     def pushforward(self, inputs, outputs, tangents) -> list[Variable]:
         wrt = tuple(
@@ -433,19 +445,24 @@ class JaxOpWrapper:
         name: str | None = None,
         output_types: Any = None,
     ):
-        functools.update_wrapper(self, fn)
+        # updated=(): the function's own attributes must not shadow ours
+        functools.update_wrapper(self, fn, updated=())
         self.fn = fn
         self.name = name or getattr(fn, "__name__", None) or "jax_function"
         self.output_types = output_types
         self._ops: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"as_jax_op({self.name})"
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_ops"] = OrderedDict()
+        del state["_ops"], state["_lock"]
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _ops=OrderedDict(), _lock=threading.Lock())
 
     def _check_arguments(self, args: tuple, kwargs: dict) -> None:
         try:
@@ -494,14 +511,16 @@ class JaxOpWrapper:
         known_shapes = tuple(_known_shape(v) for v in inputs)
 
         key = (flat, input_types, known_shapes)
-        op = self._ops.get(key)
+        with self._lock:
+            op = self._ops.get(key)
+            if op is not None:
+                self._ops.move_to_end(key)
         if op is None:
             op = self._build_op(flat, input_types, known_shapes, args, kwargs)
-            self._ops[key] = op
-            if len(self._ops) > self.cache_size:
-                self._ops.popitem(last=False)
-        else:
-            self._ops.move_to_end(key)
+            with self._lock:
+                self._ops[key] = op
+                if len(self._ops) > self.cache_size:
+                    self._ops.popitem(last=False)
 
         flat = op.fn
         outputs = op(*inputs, return_list=True) if op.output_types else []
@@ -540,17 +559,28 @@ class JaxOpWrapper:
                     f"output_types of {self.name!r} must be a pytree of TensorTypes "
                     f"(e.g. pt.dvector().type), got a leaf {t!r}."
                 )
-        layout = OutputLayout(treedef, ("array",) * len(types), ())
+        layout = OutputLayout(treedef, ("array",) * len(types), (), declared=True)
         return layout, tuple(types), tuple(tuple(t.shape) for t in types)
 
 
+_known_shapes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _known_shape(variable: TensorVariable) -> tuple[int | None, ...]:
-    """The static shape, refined by PyTensor's static shape inference."""
+    """The static shape, refined by PyTensor's static shape inference.
+
+    Memoized per variable: the inference is a rewrite pass over the
+    variable's shape graph, too slow to repeat at every call.
+    """
     shape = variable.type.shape
     if None not in shape:
         return shape
-    _, inferred = infer_static_shape(variable.shape)
-    return tuple(s if s is not None else i for s, i in zip(shape, inferred))
+    known = _known_shapes.get(variable)
+    if known is None:
+        _, inferred = infer_static_shape(variable.shape)
+        known = tuple(s if s is not None else i for s, i in zip(shape, inferred))
+        _known_shapes[variable] = known
+    return known
 
 
 def _rebuild_outputs(

@@ -139,6 +139,9 @@ class OutputLayout:
     treedef: Any
     kinds: tuple[str, ...]
     statics: tuple[Any, ...]
+    #: True when the layout comes from explicit ``output_types``: then only
+    #: the number of arrays is checked, not the containers holding them.
+    declared: bool = False
 
     @property
     def n_arrays(self) -> int:
@@ -210,6 +213,13 @@ class FlatJaxFunction:
     leaves: tuple[LeafSpec, ...]
     name: str = field(default="", compare=False)
     layout: OutputLayout | None = field(default=None, compare=False, repr=False)
+    # Tree structures compare their nodes' static data with ``==``, so
+    # ``eqx.field(static=True)`` values 2 and 2.0 would look equal; their
+    # printed form tells them apart.
+    treedef_text: str = field(init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "treedef_text", str(self.treedef))
 
     @property
     def n_inputs(self) -> int:
@@ -242,7 +252,14 @@ class FlatJaxFunction:
     def _checked_leaves(self, *arrays: Any) -> list[Any]:
         leaves, layout = self.trace(*arrays)
         expected = self.layout
-        if expected is not None and (
+        if expected is not None and expected.declared:
+            if layout.kinds != expected.kinds:
+                raise OutputStructureError(
+                    f"The JAX function {self.name!r} returned {len(layout.kinds)} "
+                    f"leaves of kinds {layout.kinds}, but `output_types=` declares "
+                    f"{expected.n_arrays} arrays."
+                )
+        elif expected is not None and (
             layout.treedef != expected.treedef or layout.kinds != expected.kinds
         ):
             raise OutputStructureError(

@@ -9,10 +9,18 @@ The steps, in order (each only when the one before cannot answer):
    expressions over those symbols (``2*s0_0``, ``min(s0_0, 3)``); the
    expressions let :meth:`OpFromJax.infer_shape` give output shapes in terms of
    input shapes.
-3. Some JAX code needs concrete sizes. It is then traced twice with every
-   unknown dim set to a stand-in size (a different one each time): output dims
-   equal in both traces are static, the others unknown.
+   JAX assumes symbolic dims are at least 1, so the expressions are clamped
+   at 0 and checked against one more trace with every unknown dim set to 0;
+   an expression that disagrees there is dropped (the dim is then read off
+   the computed output at run time).
+3. Some JAX code needs concrete sizes. It is then traced with every unknown
+   dim set to each of several stand-in sizes: output dims equal in all the
+   traces that succeed (at least two) are static, the others unknown.
 4. Otherwise a :class:`ShapeInferenceError` says what to do.
+
+Non-array outputs are returned to the caller as they were when traced, so an
+output that depends on input sizes (``x.shape[0]``) must be an array: that is
+an error here rather than a silently frozen value.
 """
 
 from __future__ import annotations
@@ -28,12 +36,13 @@ import numpy as np
 from jax import export as jax_export
 
 import pytensor.tensor as pt
-from pytensor.compile.jax_ofg_functions import OutputLayout
+from pytensor.compile.jax_ofg_functions import OutputLayout, static_key
 from pytensor.tensor.type import TensorType
 
 
-#: The stand-in sizes of step 3: even, so reshapes into pairs still trace.
-STAND_IN_SIZES = (8, 12)
+#: The stand-in sizes of step 3: a small one (to tell ``min(n, k)`` from
+#: ``k``), and two with many divisors (so reshapes into groups still trace).
+STAND_IN_SIZES = (3, 12, 60)
 
 OutputDims = tuple[tuple[int | str | None, ...], ...]
 
@@ -140,14 +149,16 @@ def trace_output_types(
     ]
     try:
         outputs, layout = _eval_shape(trace, symbolic_shapes, dtypes)
-    except Exception:
+    except Exception as error:
         # JAX code that needs concrete sizes: fall back to stand-in sizes.
-        pass
+        symbolic_error = error
     else:
+        _check_statics_are_size_independent([layout], describe_call)
         dims = tuple(_symbolic_dims(out.shape) for out in outputs)
+        dims = _checked_at_zero(dims, trace, known_shapes, dtypes)
         return _result(outputs, layout, dims)
 
-    traces = []
+    traces, errors = [], []
     for size in STAND_IN_SIZES:
         shapes = [
             tuple(size if dim is None else dim for dim in shape)
@@ -156,16 +167,73 @@ def trace_output_types(
         try:
             traces.append(_eval_shape(trace, shapes, dtypes))
         except Exception as error:
-            raise _tracing_error(error, describe_call, shapes) from error
-    (first, layout), (second, _) = traces
+            errors.append((error, shapes))
+    if len(traces) < 2:
+        error, shapes = errors[-1]
+        error.__context__ = symbolic_error
+        raise _tracing_error(error, describe_call, shapes) from error
+    _check_statics_are_size_independent([layout for _, layout in traces], describe_call)
+    all_outputs = [outputs for outputs, _ in traces]
     dims = tuple(
         tuple(
-            int(d1) if d1 == d2 else None
-            for d1, d2 in zip(out1.shape, out2.shape, strict=True)
+            int(sizes[0]) if len(set(sizes)) == 1 else None
+            for sizes in zip(*(out.shape for out in same_output), strict=True)
         )
-        for out1, out2 in zip(first, second, strict=True)
+        for same_output in zip(*all_outputs, strict=True)
     )
-    return _result(first, layout, dims)
+    return _result(all_outputs[0], traces[0][1], dims)
+
+
+def _checked_at_zero(
+    dims: OutputDims,
+    trace: TraceFunction,
+    known_shapes: Sequence[tuple],
+    dtypes: Sequence[str],
+) -> OutputDims:
+    """Drop symbolic dims that are wrong when the unknown input dims are 0."""
+    if all(isinstance(d, int) for out in dims for d in out):
+        return dims
+    zero_shapes = [
+        tuple(0 if d is None else d for d in shape) for shape in known_shapes
+    ]
+    try:
+        outputs, _ = _eval_shape(trace, zero_shapes, dtypes)
+    except Exception:
+        # Fails for empty inputs at run time too: nothing to check against.
+        return dims
+    zeros = {
+        symbol_name(i, j): 0
+        for i, shape in enumerate(known_shapes)
+        for j, d in enumerate(shape)
+        if d is None
+    }
+    checked = []
+    for out_dims, out in zip(dims, outputs):
+        checked.append(
+            tuple(
+                d if isinstance(d, int) or _evaluate_int(d, zeros) == actual else None
+                for d, actual in zip(out_dims, out.shape)
+            )
+        )
+    return tuple(checked)
+
+
+def _check_statics_are_size_independent(
+    layouts: Sequence[OutputLayout], describe_call: Callable[[], str]
+) -> None:
+    first = layouts[0].statics
+    symbolic = [v for v in first if jax_export.is_symbolic_dim(v)]
+    differ = any(
+        [static_key(v) for v in layout.statics] != [static_key(v) for v in first]
+        for layout in layouts[1:]
+    )
+    if symbolic or differ:
+        raise ShapeInferenceError(
+            f"{describe_call()} returns a non-array value that depends on the "
+            f"input sizes ({symbolic[0] if symbolic else first}); non-array outputs "
+            "are fixed when the op is built. Return it as an array, e.g. "
+            "`jnp.asarray(x.shape[0])`."
+        )
 
 
 def _tracing_error(
@@ -197,25 +265,45 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else ""
 
 
+def _both_int(int_op: Callable, tensor_op: Callable) -> Callable:
+    """An operation on dims that stays a Python int when given Python ints."""
+
+    def apply(a, b):
+        if isinstance(a, int) and isinstance(b, int):
+            return int_op(a, b)
+        return tensor_op(a, b)
+
+    return apply
+
+
+def _power(a, b):
+    if not isinstance(b, int) or b < 0:
+        raise ValueError(f"unsupported exponent {b!r} in a symbolic dimension")
+    return a**b
+
+
 _BINARY = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
-    ast.FloorDiv: lambda a, b: pt.floor_div(a, b),
-    ast.Mod: lambda a, b: pt.mod(a, b),
+    ast.FloorDiv: _both_int(operator.floordiv, pt.floor_div),
+    ast.Mod: _both_int(operator.mod, pt.mod),
+    ast.BitXor: _power,  # JAX prints squares as ``n^2``
 }
 _CALLS = {
-    "max": lambda a, b: pt.maximum(a, b),
-    "min": lambda a, b: pt.minimum(a, b),
-    "floordiv": lambda a, b: pt.floor_div(a, b),
-    "mod": lambda a, b: pt.mod(a, b),
+    "max": _both_int(max, pt.maximum),
+    "min": _both_int(min, pt.minimum),
+    "floordiv": _BINARY[ast.FloorDiv],
+    "mod": _BINARY[ast.Mod],
 }
 
 
 def dim_to_tensor(expression: int | str, env: Mapping[str, Any]) -> Any:
     """Turn a JAX symbolic dimension (as printed by JAX) into a PyTensor scalar.
 
-    ``env`` maps symbol names to PyTensor integer scalars (input dims).
+    ``env`` maps symbol names to PyTensor integer scalars (input dims). The
+    result is clamped at 0: JAX simplifies assuming every symbol is at least
+    1, so ``x[1:]`` has length ``n - 1``, which is -1 for an empty ``x``.
     Raises ``ValueError`` for an expression this does not understand.
 
     Examples
@@ -224,10 +312,20 @@ def dim_to_tensor(expression: int | str, env: Mapping[str, Any]) -> Any:
     >>> n = pt.lscalar("n")
     >>> dim_to_tensor("floordiv(2*n + 1, 3)", {"n": n}).eval({n: 4})
     array(3)
+    >>> dim_to_tensor("n - 1", {"n": n}).eval({n: 0})
+    array(0)
     """
     if isinstance(expression, int):
         return expression
-    return _evaluate(ast.parse(expression, mode="eval").body, env)
+    return pt.maximum(_evaluate(ast.parse(expression, mode="eval").body, env), 0)
+
+
+def _evaluate_int(expression: str, env: Mapping[str, int]) -> int:
+    """The value of a JAX dim expression for integer symbols, clamped at 0."""
+    try:
+        return max(_evaluate(ast.parse(expression, mode="eval").body, env), 0)
+    except ValueError:
+        return -1  # unparsable: never equal to a real size
 
 
 def _evaluate(node: ast.AST, env: Mapping[str, Any]) -> Any:

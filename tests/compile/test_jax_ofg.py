@@ -591,9 +591,11 @@ def test_disconnected_outputs_and_integer_inputs(mode):
     gx, gy = f(xv, 3, yv)
     np.testing.assert_allclose(gx, np.zeros(3))
     np.testing.assert_allclose(gy, 2 * yv)
-    # the integer input has no gradient: PyTensor reports it disconnected
-    with pytest.raises(pytensor.gradient.DisconnectedInputError):
-        pt.grad(scaled.sum(), n)
+    # the integer input gets a zero gradient, as with PyTensor's own ops
+    grad_n = pt.grad(scaled.sum(), n)
+    native = pt.grad((x * n).sum(), n)
+    both = compile_function([x, n], [grad_n, native], mode, on_unused_input="ignore")
+    assert both(xv, 3) == [0.0, 0.0]
     g_all = pt.grad(scaled.sum() + cross, [x, y])
     f2 = compile_function([x, n, y], g_all, mode)
     gx, gy = f2(xv, 3, yv)
@@ -601,16 +603,24 @@ def test_disconnected_outputs_and_integer_inputs(mode):
     np.testing.assert_allclose(gy, np.full(3, xv.sum()))
 
 
-def test_pullback_reports_disconnected_for_integer_inputs():
+def test_pullback_of_integer_inputs_and_disconnected_outputs():
     @as_jax_op
     def f(x, n):
-        return x * n
+        return x * n, n + 1
 
     x, n = pt.vector("x", shape=(2,)), pt.lscalar("n")
-    out = f(x, n)
-    grads = out.owner.op.pullback([x, n], [out], [pt.ones(2)])
-    assert isinstance(grads[1].type, DisconnectedType)
+    out, m = f(x, n)
+    grads = out.owner.op.pullback(
+        [x, n], [out, m], [pt.ones(2), pytensor.gradient.disconnected_type()]
+    )
     assert grads[0].owner.op.name == "vjp(f)"
+    assert grads[1].eval({n: 4}) == 0.0
+    none = out.owner.op.pullback(
+        [x, n],
+        [out, m],
+        [pytensor.gradient.disconnected_type(), pytensor.gradient.disconnected_type()],
+    )
+    assert all(isinstance(g.type, DisconnectedType) for g in none)
 
 
 def test_hessian_matches_jax(mode):
@@ -741,3 +751,135 @@ def test_runtime_error_names_the_function(mode):
         notes = "\n".join(info.value.__notes__)
         assert "Raised by the JAX function wrapped in OpFromJax{checked}" in notes
     np.testing.assert_allclose(f(np.array([1.0, 2.0])), [1.0, 2.0])
+
+
+# --------------------------------------------------- shapes at the edges
+def test_symbolic_shapes_are_right_for_empty_inputs(mode):
+    """JAX assumes symbolic dims >= 1; x[1:] of an empty x has length 0, not -1."""
+
+    @as_jax_op
+    def trims(x, m):
+        return x[1:], m[1:, :-1], jnp.outer(x, x)[::2]
+
+    x, m = pt.vector("x"), pt.matrix("m")
+    tail, inner, outer = trims(x, m)
+    f = compile_function(
+        [x, m], [tail.shape, inner.shape, outer.shape, pt.mean(tail)], mode
+    )
+    for n, (rows, cols) in [(0, (0, 0)), (0, (3, 0)), (1, (1, 4)), (5, (2, 3))]:
+        tail_shape, inner_shape, outer_shape, mean = f(
+            np.ones(n), np.ones((rows, cols))
+        )
+        np.testing.assert_array_equal(tail_shape, [max(n - 1, 0)])
+        np.testing.assert_array_equal(inner_shape, [max(rows - 1, 0), max(cols - 1, 0)])
+        np.testing.assert_array_equal(outer_shape, [(n + 1) // 2, n])
+        assert np.isnan(mean) if n <= 1 else mean == 1.0
+
+
+def test_square_dims_are_understood():
+    @as_jax_op
+    def flat_outer(x):
+        return jnp.outer(x, x).ravel()
+
+    x = pt.vector("x")
+    out = flat_outer(x)
+    assert out.owner.op.output_dims == (("s0_0^2",),)
+    f = pytensor.function([x], out.shape, mode="FAST_COMPILE")
+    assert not only_op(f)
+    np.testing.assert_array_equal(f(np.ones(4)), [16])
+
+
+@pytest.mark.parametrize(
+    "body, lengths",
+    [
+        (lambda v: v[: min(v.shape[0], 6)], [2, 4, 9]),  # Python min: inconclusive
+        (lambda v: v.reshape(-1, 3).sum(1), [3, 9]),  # needs a multiple of 3
+        (lambda v: jnp.zeros(int(v.shape[0]) % 4), [4, 5, 7]),
+    ],
+    ids=["python-min", "reshape-by-3", "int-of-dim"],
+)
+def test_stand_in_sizes_do_not_fake_static_dims(body, lengths, host_mode):
+    x = pt.vector("x")
+    out = as_jax_op(body, name="body")(x)
+    f = compile_function([x], out, host_mode)
+    for n in lengths:
+        value = np.arange(float(n))
+        np.testing.assert_allclose(f(value), body(jnp.asarray(value)))
+
+
+def test_size_dependent_non_array_output_is_an_error():
+    @as_jax_op
+    def with_length(v):
+        return {"y": v * 2, "n": v.shape[0]}
+
+    @as_jax_op
+    def with_int_length(v):
+        return {"y": v * 2, "n": int(v.shape[0])}
+
+    for wrapped in (with_length, with_int_length):
+        with pytest.raises(
+            ShapeInferenceError,
+            match=r"non-array value that depends on the input sizes.*jnp.asarray",
+        ):
+            wrapped(pt.vector("v"))
+    # a size-independent non-array output is fine
+    out = as_jax_op(lambda v: (v, "label"))(pt.vector("v"))
+    assert out[1] == "label"
+
+
+def test_static_fields_of_equal_value_but_other_type_give_other_ops():
+    class Config(eqx.Module):
+        factor: object = eqx.field(static=True)
+
+    @as_jax_op
+    def scale(x, config):
+        return x * config.factor
+
+    i = pt.lvector("i")
+    as_int, as_float = scale(i, Config(2)), scale(i, Config(2.0))
+    assert as_int.owner.op != as_float.owner.op
+    assert (as_int.type.dtype, as_float.type.dtype) == ("int64", "float64")
+    np.testing.assert_array_equal(as_float.eval({i: [1, 2]}), [2.0, 4.0])
+
+
+def test_explicit_output_types_in_a_list_for_a_tuple_result(mode):
+    @as_jax_op(output_types=[pt.dvector().type, pt.dscalar().type])
+    def sort_and_sum(x):
+        return jnp.sort(x), jnp.sum(x)
+
+    x = pt.dvector("x")
+    y, total = sort_and_sum(x)
+    f = compile_function([x], [y, total], mode)
+    y_value, total_value = f(np.array([2.0, 1.0]))
+    np.testing.assert_allclose(y_value, [1.0, 2.0])
+    assert total_value == 3.0
+
+
+def test_explicit_output_types_with_the_wrong_count():
+    @as_jax_op(output_types=[pt.dvector().type])
+    def two(x):
+        return x, x
+
+    x = pt.dvector("x")
+    with pytest.raises(TypeError, match=r"'two' returned 2 leaves.*declares 1 arrays"):
+        pytensor.function([x], two(x)[0], mode="FAST_COMPILE")(np.ones(2))
+
+
+def test_building_ops_from_several_threads():
+    from concurrent.futures import ThreadPoolExecutor
+
+    @as_jax_op
+    def scaled(x, factor):
+        return x * factor
+
+    scaled.cache_size = 2  # force evictions while other threads read
+    x = pt.vector("x", shape=(2,))
+
+    def build(i):
+        factor = float(i % 5)
+        out = scaled(x, factor)
+        return float(out.eval({x: np.ones(2)})[0]), factor
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(build, range(60)))
+    assert all(value == factor for value, factor in results)
