@@ -48,12 +48,11 @@ from pytensor import config
 from pytensor.compile.jax_ofg_functions import (
     INPUT,
     FlatJaxFunction,
-    JVPFunction,
     Nested,
     OutputLayout,
     Static,
-    VJPFunction,
     as_tuple_function,
+    shadowing_wrapper_name,
 )
 from pytensor.compile.jax_ofg_shapes import (
     OutputDims,
@@ -62,9 +61,10 @@ from pytensor.compile.jax_ofg_shapes import (
     symbol_name,
     trace_output_types,
 )
+from pytensor.compile.jax_ofg_transforms import JVPFunction, VJPFunction
 from pytensor.gradient import DisconnectedType, disconnected_type
 from pytensor.graph.basic import Apply, Variable
-from pytensor.graph.op import Op
+from pytensor.graph.op import Op, is_thunk_type
 from pytensor.tensor.basic import _as_tensor_variable, infer_static_shape
 from pytensor.tensor.exceptions import ShapeError
 from pytensor.tensor.type import TensorType
@@ -72,6 +72,35 @@ from pytensor.tensor.variable import TensorVariable
 
 
 __all__ = ["OpFromJax", "ShapeInferenceError", "SymbolicCallable", "as_jax_op"]
+
+
+class _BoundedCache:
+    """A thread-safe LRU mapping; values are built on a miss."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._entries: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, build: Callable[[], Any]) -> Any:
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+                return value
+        value = build()
+        with self._lock:
+            value = self._entries.setdefault(key, value)
+            if len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+#: Jitted inner functions of recently used ops (see :attr:`OpFromJax.jitted`).
+_JITTED = _BoundedCache(64)
 
 
 def _differentiable(tensor_type: TensorType) -> bool:
@@ -112,6 +141,7 @@ class OpFromJax(Op):
     >>> import numpy as np
     >>> import pytensor
     >>> import pytensor.tensor as pt
+    >>> from pytensor.compile.jax_ofg import OpFromJax
     >>> from pytensor.tensor.type import TensorType
     >>> op = OpFromJax(
     ...     lambda x: jnp.cumsum(x) ** 2,
@@ -156,21 +186,21 @@ class OpFromJax(Op):
         super().__init__()
 
     def __str__(self) -> str:
-        return f"{type(self).__name__}{{{self.name}}}"
+        return f"{type(self).__name__}{{{self.describe()}}}"
+
+    def describe(self) -> str:
+        """The name, with the static arguments baked into the function."""
+        describe = getattr(self.fn, "describe", None)
+        if describe is None or self.name != self.fn.name:
+            return self.name  # a derived op (vjp, vmap...) or a flat function
+        return describe()
 
     def __repr__(self) -> str:
-        describe = getattr(self.fn, "describe", lambda: self.name)()
         return (
-            f"{type(self).__name__}({describe}, "
+            f"{type(self).__name__}({self.describe()}, "
             f"inputs=[{_describe_types(self.input_types)}], "
             f"outputs=[{_describe_types(self.output_types)}])"
         )
-
-    def __getstate__(self) -> dict:
-        # Jitted JAX callables are rebuilt on first use, never pickled.
-        state = self.__dict__.copy()
-        state.pop("_jitted", None)
-        return state
 
     def make_node(self, *inputs: Any) -> Apply:
         if len(inputs) != len(self.input_types):
@@ -223,29 +253,59 @@ class OpFromJax(Op):
 
     @property
     def jitted(self) -> Callable:
-        """``jax.jit`` of :meth:`traced_fn`, built once per op on first use."""
-        try:
-            return self._jitted
-        except AttributeError:
-            self._jitted = jax.jit(self.traced_fn)
-            return self._jitted
+        """``jax.jit`` of :meth:`traced_fn`, shared by equal ops.
 
-    def host_call(self, *inputs: np.ndarray) -> list[np.ndarray]:
-        """Run the jitted function; return owned, writeable NumPy arrays.
+        Kept in a bounded cache, not on the op: PyTensor's rewriters keep
+        every op they have seen, and a jitted function holds its compiled
+        executables. Compiled PyTensor functions hold their own reference.
+        """
+        return _JITTED.get(self, lambda: jax.jit(self.traced_fn))
+
+    def host_function(self) -> Callable[..., list[np.ndarray]]:
+        """The jitted function on host arrays, returning owned, writeable arrays.
 
         JAX buffers are read-only and may alias inputs or constants, so every
-        output is copied: a downstream in-place op may write into it.
+        output is copied: a downstream in-place op may write into it. Thunks
+        (Python, C VM and Numba linkers) hold this function for their lifetime.
         """
-        try:
-            outputs = self.jitted(*inputs)
-        except Exception as error:
-            error.add_note(f"Raised by the JAX function wrapped in {self}.")
-            raise
-        return [np.array(output) for output in outputs]
+        jitted = self.jitted
+        note = f"Raised by the JAX function wrapped in {self}."
+
+        def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
+            try:
+                outputs = jitted(*inputs)
+            except Exception as error:
+                error.add_note(note)
+                raise
+            return [np.array(output) for output in outputs]
+
+        return host_call
+
+    def host_call(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        """Run the jitted function once (see :meth:`host_function`)."""
+        return self.host_function()(*inputs)
 
     def perform(self, node: Apply, inputs: Sequence[Any], output_storage) -> None:
         for storage, value in zip(output_storage, self.host_call(*inputs)):
             storage[0] = value
+
+    def make_py_thunk(self, node, storage_map, compute_map, no_recycling, debug=False):
+        # As Op.make_py_thunk, with the host function looked up once, here.
+        host_call = self.host_function()
+        inputs = [storage_map[v] for v in node.inputs]
+        outputs = [storage_map[v] for v in node.outputs]
+        computed = [compute_map[v] for v in node.outputs] if compute_map else []
+
+        @is_thunk_type
+        def thunk():
+            for storage, value in zip(outputs, host_call(*[s[0] for s in inputs])):
+                storage[0] = value
+            for flag in computed:
+                flag[0] = True
+
+        thunk.inputs, thunk.outputs, thunk.lazy = inputs, outputs, False
+        thunk.perform = self.perform
+        return thunk
 
     # ------------------------------------------------------------------ shapes
     def infer_shape(self, node: Apply, input_shapes) -> list:
@@ -301,7 +361,7 @@ class OpFromJax(Op):
             ),
             [*self.input_types, *cotangent_types],
             [t for t, w in zip(self.input_types, wrt) if w],
-            name=f"vjp({self.name})",
+            name=f"vjp({self.describe()})",
             output_dims=tuple(self._input_dims(i) for i, w in enumerate(wrt) if w),
         )
         cotangent_values = [
@@ -328,7 +388,7 @@ class OpFromJax(Op):
             JVPFunction(self.fn, wrt, tangent_outputs),
             [*self.input_types, *wrt_types],
             [self.output_types[k] for k in tangent_outputs],
-            name=f"jvp({self.name})",
+            name=f"jvp({self.describe()})",
             output_dims=tuple(self.output_dims[k] for k in tangent_outputs),
         )
         tangent_values = [
@@ -436,9 +496,6 @@ class JaxOpWrapper:
     equal calls give the very same op, whose jitted function is shared.
     """
 
-    #: How many distinct call signatures keep their op cached.
-    cache_size = 256
-
     def __init__(
         self,
         fn: Callable,
@@ -450,19 +507,33 @@ class JaxOpWrapper:
         self.fn = fn
         self.name = name or getattr(fn, "__name__", None) or "jax_function"
         self.output_types = output_types
-        self._ops: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
+        self._ops = _BoundedCache(256)
+
+    @property
+    def cache_size(self) -> int:
+        """How many distinct call signatures keep their op cached."""
+        return self._ops.size
+
+    @cache_size.setter
+    def cache_size(self, size: int) -> None:
+        self._ops.size = size
 
     def __repr__(self) -> str:
         return f"as_jax_op({self.name})"
 
+    def __reduce__(self):
+        # A module-level wrapper pickles by name, like the function it replaced.
+        if shadowing_wrapper_name(self.fn) is not None:
+            return self.__qualname__
+        return super().__reduce__()
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        del state["_ops"], state["_lock"]
+        state["_ops"] = self.cache_size
         return state
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _ops=OrderedDict(), _lock=threading.Lock())
+        self.__dict__.update(state, _ops=_BoundedCache(state["_ops"]))
 
     def _check_arguments(self, args: tuple, kwargs: dict) -> None:
         try:
@@ -510,18 +581,10 @@ class JaxOpWrapper:
         input_types = tuple(v.type for v in inputs)
         known_shapes = tuple(_known_shape(v) for v in inputs)
 
-        key = (flat, input_types, known_shapes)
-        with self._lock:
-            op = self._ops.get(key)
-            if op is not None:
-                self._ops.move_to_end(key)
-        if op is None:
-            op = self._build_op(flat, input_types, known_shapes, args, kwargs)
-            with self._lock:
-                self._ops[key] = op
-                if len(self._ops) > self.cache_size:
-                    self._ops.popitem(last=False)
-
+        op = self._ops.get(
+            (flat, input_types, known_shapes),
+            lambda: self._build_op(flat, input_types, known_shapes, args, kwargs),
+        )
         flat = op.fn
         outputs = op(*inputs, return_list=True) if op.output_types else []
         return _rebuild_outputs(flat, outputs, inputs)
@@ -669,11 +732,13 @@ def as_jax_op(
     return JaxOpWrapper(fn, name=name, output_types=output_types)
 
 
-# Register the JAX and Numba dispatches. The JAX dispatch module imports
-# PyTensor's JAX backend, which sets ``jax_enable_x64`` from ``floatX`` when
-# first imported; it is imported first so the setting below wins.
+# Register the JAX and Numba dispatches, vectorization and graph rewrites.
+# The JAX dispatch module imports PyTensor's JAX backend, which sets
+# ``jax_enable_x64`` from ``floatX`` when first imported; it is imported first
+# so the setting below wins.
 import pytensor.link.jax.dispatch.jax_ofg  # noqa: E402
-import pytensor.link.numba.dispatch.jax_ofg  # noqa: E402, F401
+import pytensor.link.numba.dispatch.jax_ofg  # noqa: E402
+import pytensor.tensor.rewriting.jax_ofg  # noqa: E402, F401
 
 
 # PyTensor types carry explicit dtypes: without x64, JAX would silently turn

@@ -6,8 +6,10 @@ flat arrays and returns a tuple of arrays. This module builds those functions:
 * :class:`FlatJaxFunction` turns a pytree function called with PyTensor
   variables, static values and symbolic callables into a function of the flat
   input arrays (the decorator's inner function).
-* :class:`VJPFunction` and :class:`JVPFunction` are the reverse- and
-  forward-mode derivatives of any such function.
+* :class:`TupleOutputs` adapts a user's function of flat arrays.
+
+Their JAX transformations (derivatives, ``vmap``) are in
+:mod:`pytensor.compile.jax_ofg_transforms`.
 
 Every class here is a frozen dataclass: equal fields give equal, equally hashed
 functions, which is what makes two equal ops compare equal and merge.
@@ -16,6 +18,8 @@ functions, which is what makes two equal ops compare equal and merge.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import inspect
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +53,9 @@ def _short(value: Any, width: int = 40) -> str:
         dims = ",".join(map(str, array.shape))
         return f"{array.dtype.name}[{dims}]"
     if callable(value):
-        return getattr(value, "__qualname__", None) or type(value).__name__
+        return getattr(value, "__name__", None) or type(value).__name__
+    if type(value).__repr__ is object.__repr__:
+        return type(value).__name__  # not the default repr's address
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -94,7 +100,10 @@ class Static:
         return _short(self.value)
 
     def __getstate__(self):
-        return {"value": self.value}
+        value = self.value
+        if callable(value) and not _is_array(value):
+            value = _picklable_function(value)
+        return {"value": value}
 
     def __setstate__(self, state):
         object.__setattr__(self, "value", state["value"])
@@ -127,6 +136,101 @@ class Nested:
 LeafSpec = _InputLeaf | Static | Nested
 
 
+def _lookup(module: str, qualname: str) -> Any:
+    target: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def shadowing_wrapper_name(fn: Callable) -> tuple[str, str] | None:
+    """``(module, qualname)`` of the decorator that replaced ``fn`` in its module.
+
+    ``@as_jax_op`` at module level rebinds the function's name to the wrapper,
+    so ``pickle`` can no longer find the function by name ("not the same
+    object"). The wrapper can be found, and it holds the function as
+    ``__wrapped__``. ``__main__`` is left alone: its functions are not
+    importable from another process, and ``cloudpickle`` pickles them by value.
+    """
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", "")
+    if module in (None, "__main__") or "<locals>" in qualname:
+        return None
+    try:
+        found = _lookup(module, qualname)
+    except (ImportError, AttributeError):
+        return None
+    if found is not fn and getattr(found, "__wrapped__", None) is fn:
+        return module, qualname
+    return None
+
+
+def wrapped_function(module: str, qualname: str) -> Callable:
+    """Unpickle a function through the wrapper that shadows it (see above)."""
+    return _lookup(module, qualname).__wrapped__
+
+
+def _picklable_function(fn: Callable) -> Any:
+    """What pickles in place of ``fn``: a reference through its wrapper if shadowed."""
+    name = shadowing_wrapper_name(fn)
+    return fn if name is None else _ShadowedFunction(*name)
+
+
+@dataclass(frozen=True)
+class _ShadowedFunction:
+    module: str
+    qualname: str
+
+    def __reduce__(self):
+        return wrapped_function, (self.module, self.qualname)
+
+
+class _Placeholder:
+    """The leaves of a tree skeleton (see :func:`picklable_treedef`)."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return "PLACEHOLDER"
+
+
+PLACEHOLDER = _Placeholder()
+
+
+def structure_of(skeleton: Any) -> Any:
+    """The tree structure of a skeleton made by :func:`picklable_treedef`."""
+    return jax.tree_util.tree_structure(
+        skeleton, is_leaf=lambda x: isinstance(x, _Placeholder)
+    )
+
+
+@dataclass(frozen=True)
+class _TreeSkeleton:
+    skeleton: Any
+
+    def __reduce__(self):
+        return structure_of, (self.skeleton,)
+
+
+def picklable_treedef(treedef: Any) -> Any:
+    """What pickles in place of ``treedef``: its nodes, rebuilt on unpickling.
+
+    A pickled ``PyTreeDef`` keeps its nodes' auxiliary data by value, which
+    breaks node types that compare it by identity (equinox modules keep a
+    ``MISSING`` sentinel there, and a copy of it is no longer ``MISSING``).
+    A skeleton (the tree with placeholder leaves) pickles its nodes as
+    ordinary objects, and flattening it again on the other side makes fresh
+    auxiliary data.
+    """
+    try:
+        skeleton = jax.tree_util.tree_unflatten(
+            treedef, [PLACEHOLDER] * treedef.num_leaves
+        )
+    except Exception:  # a node type that validates its leaves
+        return treedef
+    return _TreeSkeleton(skeleton)
+
+
 @dataclass(frozen=True)
 class OutputLayout:
     """How the flat array outputs sit in the function's output pytree.
@@ -146,6 +250,10 @@ class OutputLayout:
     @property
     def n_arrays(self) -> int:
         return self.kinds.count("array")
+
+    def __reduce__(self):
+        treedef = picklable_treedef(self.treedef)
+        return type(self), (treedef, self.kinds, self.statics, self.declared)
 
 
 def _is_array(leaf: Any) -> bool:
@@ -174,8 +282,14 @@ class OutputStructureError(TypeError):
     """A wrapped function returned another pytree than at trace time."""
 
 
+class InnerFunction:
+    """Base of the inner functions of :class:`OpFromJax`: flat arrays -> tuple."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
-class FlatJaxFunction:
+class FlatJaxFunction(InnerFunction):
     """A pytree function, its static arguments and its call structure, over flat arrays.
 
     Parameters
@@ -220,6 +334,10 @@ class FlatJaxFunction:
 
     def __post_init__(self):
         object.__setattr__(self, "treedef_text", str(self.treedef))
+
+    def __reduce__(self):
+        fn, treedef = _picklable_function(self.fn), picklable_treedef(self.treedef)
+        return type(self), (fn, treedef, self.leaves, self.name, self.layout)
 
     @property
     def n_inputs(self) -> int:
@@ -282,20 +400,55 @@ class FlatJaxFunction:
         return [leaf for leaf in leaves if _leaf_kind(leaf) == "callable"]
 
     def describe(self) -> str:
-        """``name(static=..., nested=...)``: what the function bakes in."""
-        parts = [repr(leaf) for leaf in self.leaves if leaf is not INPUT]
+        """``name(argument=static, ...)``: what the function bakes in.
+
+        >>> def scale(x, y, *, factor):
+        ...     return factor * x
+        >>> args = ((INPUT, {"w": 1}), {"factor": 2.0})
+        >>> leaves, treedef = jax.tree_util.tree_flatten(args)
+        >>> specs = (INPUT, Static(1), Static(2.0))
+        >>> FlatJaxFunction(scale, treedef, specs, name="scale").describe()
+        "scale(y['w']=1, factor=2.0)"
+        """
+        parts = [f"{label}={leaf!r}" for label, leaf in self._labelled_leaves()]
         return f"{self.name}({', '.join(parts)})" if parts else self.name
+
+    def _labelled_leaves(self) -> list[tuple[str, LeafSpec]]:
+        """The baked-in leaves, labelled by argument name and pytree path."""
+        try:
+            parameters = inspect.signature(self.fn).parameters
+            args, kwargs = jax.tree_util.tree_unflatten(self.treedef, self.leaves)
+        except Exception:  # no signature, or a node type that checks its leaves
+            return [(f"[{i}]", leaf) for i, leaf in enumerate(self.leaves)]
+        positional = [
+            name
+            for name, p in parameters.items()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        labelled = []
+        for (group, top, *rest), leaf in jax.tree_util.tree_flatten_with_path(
+            (args, kwargs)
+        )[0]:
+            if leaf is INPUT:
+                continue
+            if group.idx == 0:
+                index = top.idx
+                name = positional[index] if index < len(positional) else f"*[{index}]"
+            else:
+                name = top.key
+            labelled.append((name + jax.tree_util.keystr(tuple(rest)), leaf))
+        return labelled
 
 
 def as_tuple_function(fn: Callable) -> Callable[..., ArrayTuple]:
     """Normalize a function returning a tuple, a list or a bare array."""
-    if isinstance(fn, FlatJaxFunction | TupleOutputs | VJPFunction | JVPFunction):
+    if isinstance(fn, InnerFunction):
         return fn
     return TupleOutputs(fn)
 
 
 @dataclass(frozen=True)
-class TupleOutputs:
+class TupleOutputs(InnerFunction):
     """A user's flat function whose result may be a bare array."""
 
     fn: Callable
@@ -305,76 +458,3 @@ class TupleOutputs:
         if isinstance(result, tuple | list):
             return tuple(result)
         return (result,)
-
-
-def _merge(
-    fixed: Sequence[Any], varying: Sequence[Any], mask: Sequence[bool]
-) -> list[Any]:
-    """Put ``varying`` into the positions of ``fixed`` where ``mask`` is true."""
-    values = list(fixed)
-    varying_iter = iter(varying)
-    for i, selected in enumerate(mask):
-        if selected:
-            values[i] = next(varying_iter)
-    return values
-
-
-@dataclass(frozen=True)
-class VJPFunction:
-    """Reverse mode of ``forward``: ``(*primals, *cotangents) -> input cotangents``.
-
-    Only the inputs flagged in ``wrt`` are differentiated (integer inputs are
-    held constant) and only the outputs listed in ``cotangent_outputs``
-    receive a cotangent, cast to that output's dtype.
-    """
-
-    forward: Callable[..., ArrayTuple]
-    wrt: tuple[bool, ...]
-    cotangent_outputs: tuple[int, ...]
-    cotangent_dtypes: tuple[str, ...]
-
-    def __call__(self, *args: Any) -> ArrayTuple:
-        n_primals = len(self.wrt)
-        primals, cotangents = args[:n_primals], args[n_primals:]
-
-        def restricted(*differentiable):
-            outputs = self.forward(*_merge(primals, differentiable, self.wrt))
-            return tuple(outputs[i] for i in self.cotangent_outputs)
-
-        wrt_primals = [p for p, selected in zip(primals, self.wrt) if selected]
-        _, pullback = jax.vjp(restricted, *wrt_primals)
-        return tuple(
-            pullback(
-                tuple(
-                    jax.numpy.asarray(ct, dtype)
-                    for ct, dtype in zip(cotangents, self.cotangent_dtypes)
-                )
-            )
-        )
-
-
-@dataclass(frozen=True)
-class JVPFunction:
-    """Forward mode of ``forward``: ``(*primals, *tangents) -> output tangents``.
-
-    Tangents are given for the inputs flagged in ``wrt``; the result holds the
-    tangents of the outputs listed in ``tangent_outputs``.
-    """
-
-    forward: Callable[..., ArrayTuple]
-    wrt: tuple[bool, ...]
-    tangent_outputs: tuple[int, ...]
-
-    def __call__(self, *args: Any) -> ArrayTuple:
-        n_primals = len(self.wrt)
-        primals, tangents = args[:n_primals], args[n_primals:]
-
-        def restricted(*differentiable):
-            return self.forward(*_merge(primals, differentiable, self.wrt))
-
-        wrt_primals = [p for p, selected in zip(primals, self.wrt) if selected]
-        tangents = [
-            jax.numpy.asarray(t, p.dtype) for t, p in zip(tangents, wrt_primals)
-        ]
-        _, output_tangents = jax.jvp(restricted, tuple(wrt_primals), tuple(tangents))
-        return tuple(output_tangents[i] for i in self.tangent_outputs)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,23 @@ class ShapeInferenceError(ValueError):
 def symbol_name(input_index: int, dim: int) -> str:
     """The JAX symbolic dimension standing for ``inputs[input_index].shape[dim]``."""
     return f"s{input_index}_{dim}"
+
+
+_SYMBOL = re.compile(r"\bs(\d+)_(\d+)\b")
+
+
+def shift_symbols(expression: int | str | None, offsets: Sequence[int]) -> Any:
+    """Rename the symbols of a dim expression when input ``i`` gains ``offsets[i]``
+    leading dims (``s0_0`` becomes ``s0_2`` for two batch dims).
+
+    >>> shift_symbols("2*s0_0 + s1_0", [2, 0])
+    '2*s0_2 + s1_0'
+    """
+    if not isinstance(expression, str):
+        return expression
+    return _SYMBOL.sub(
+        lambda m: symbol_name(int(m[1]), int(m[2]) + offsets[int(m[1])]), expression
+    )
 
 
 @dataclass(frozen=True)

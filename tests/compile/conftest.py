@@ -13,10 +13,10 @@ def mode(request, monkeypatch):
     """A compile mode; under JAX, any host call into an op fails the test."""
     if request.param == "JAX":
 
-        def no_host_call(self, *inputs):
+        def no_host_call(self, *args):
             raise AssertionError(f"{self} ran as a host call under the JAX linker")
 
-        monkeypatch.setattr(OpFromJax, "host_call", no_host_call)
+        monkeypatch.setattr(OpFromJax, "host_function", no_host_call)
     return request.param
 
 

@@ -116,3 +116,62 @@ def test_numba_object_mode_warning_only_for_wrap_jax():
             f = pytensor.function([x], wrap(jnp.cos)(x))  # default mode: Numba
         np.testing.assert_allclose(f(np.zeros(3)), np.ones(3))
         assert any("object mode" in str(w.message) for w in caught) is warns
+
+
+def _count_body_runs(wrapper) -> int:
+    """How often the wrapped body runs in one call of a compiled value+grad."""
+    import jax
+
+    runs = []
+
+    def energy(x):
+        jax.debug.callback(lambda: runs.append(1))
+        return jnp.sum(jnp.sin(x) ** 2)
+
+    x = pt.vector("x", shape=(4,))
+    cost = wrapper(energy)(x)
+    f = pytensor.function([x], [cost, pt.grad(cost, x)], mode="CVM")
+    f(np.ones(4))
+    jax.effects_barrier()
+    runs.clear()
+    f(np.ones(4))
+    jax.effects_barrier()
+    return len(runs)
+
+
+def test_value_and_gradient_run_the_function_once_only_with_as_jax_op():
+    assert _count_body_runs(as_jax_op) == 1
+    assert _count_body_runs(pytensor.wrap_jax) == 2
+
+
+def test_standard_pickle_of_a_compiled_function_only_with_as_jax_op():
+    import pickle
+
+    import _jax_ofg_models as models
+
+    x = pt.vector("x", shape=(3,))
+    ours = pytensor.function([x], models.powers(x)["total"], mode="CVM")
+    assert pickle.loads(pickle.dumps(ours))(np.ones(3)) == 3.0
+    theirs = pytensor.function(
+        [x], pytensor.wrap_jax(models.powers.__wrapped__)(x)["total"], mode="CVM"
+    )
+    with pytest.raises((pickle.PicklingError, AttributeError), match="local"):
+        pickle.dumps(theirs)
+
+
+def test_vectorize_graph_is_one_vmapped_op_only_with_as_jax_op():
+    from pytensor.graph.replace import vectorize_graph
+    from pytensor.tensor.blockwise import Blockwise
+
+    def compiled_ops(wrapper):
+        x = pt.vector("x", shape=(3,))
+        y = wrapper(lambda v: jnp.sum(v**2))(x)
+        xs = pt.matrix("xs", shape=(5, 3))
+        f = pytensor.function([xs], vectorize_graph(y, {x: xs}), mode="CVM")
+        np.testing.assert_allclose(f(np.ones((5, 3))), np.full(5, 3.0))
+        return [node.op for node in f.maker.fgraph.apply_nodes]
+
+    (ours,) = compiled_ops(as_jax_op)
+    assert ours.name == "vmap(<lambda>)"
+    theirs = compiled_ops(pytensor.wrap_jax)
+    assert any(isinstance(op, Blockwise) for op in theirs)

@@ -2,7 +2,7 @@
 
 PyTensor's generic fallback would do the same through ``perform`` and warn at
 every compile; this enters object mode once per call and goes straight to the
-op's :meth:`~OpFromJax.host_call`. The result cannot be cached on disk by
+op's :meth:`~OpFromJax.host_function`, looked up once when compiling. The result cannot be cached on disk by
 Numba (it holds a Python callable), hence the ``None`` cache key.
 """
 
@@ -19,7 +19,7 @@ from pytensor.link.numba.dispatch.basic import (
 @register_funcify_and_cache_key(OpFromJax)
 def numba_funcify_OpFromJax(op: OpFromJax, node=None, **kwargs):
     output_types = [get_numba_type(out.type) for out in node.outputs]
-    host_call = op.host_call
+    host_call = op.host_function()
 
     if len(output_types) == 1:
         return_type = output_types[0]

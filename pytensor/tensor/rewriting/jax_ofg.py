@@ -1,0 +1,215 @@
+"""Graph rewrites and vectorization for :class:`~pytensor.compile.jax_ofg.OpFromJax`.
+
+* **Vectorization**: ``vectorize_graph`` of an :class:`OpFromJax` gives one op
+  whose inner function is ``jax.vmap``-ed (:func:`vmap_node`), not a
+  :class:`~pytensor.tensor.blockwise.Blockwise` looping in Python; a
+  ``Blockwise(OpFromJax)`` built by another route is rewritten the same way.
+* **Value and gradient in one pass**: when a graph holds an op and its
+  pullback on the same inputs (every ``logp_dlogp`` function PyMC compiles),
+  :func:`fuse_value_and_vjp` makes the forward op also return the VJP
+  residuals and the pullback consume them, so the forward JAX computation
+  runs once per call instead of twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytensor.compile.jax_ofg import OpFromJax
+from pytensor.compile.jax_ofg_shapes import shift_symbols, symbol_name
+from pytensor.compile.jax_ofg_transforms import (
+    VJPFunction,
+    VmapFunction,
+)
+from pytensor.compile.mode import optdb
+from pytensor.graph.basic import Apply, Variable
+from pytensor.graph.replace import _vectorize_node
+from pytensor.graph.rewriting.basic import copy_stack_trace, dfs_rewriter, node_rewriter
+from pytensor.tensor.blockwise import Blockwise, vectorize_node_fallback
+from pytensor.tensor.shape import shape_padleft
+from pytensor.tensor.type import TensorType
+
+
+__all__ = ["fuse_value_and_vjp", "vmap_blockwise", "vmap_node"]
+
+
+# ------------------------------------------------------------------ vmap
+def vmap_node(blockwise_node: Apply) -> list[Variable]:
+    """The outputs of a ``Blockwise(OpFromJax)`` node, computed by a vmapped op.
+
+    Inputs whose batch dims are all broadcastable (length 1 in their type)
+    are squeezed and passed whole to every call (``in_axes=None``) rather
+    than copied along the batch.
+    """
+    blockwise: Blockwise = blockwise_node.op
+    core_op: OpFromJax = blockwise.core_op
+    core_ndims = [len(signature) for signature in blockwise.inputs_sig]
+    input_batch_ndims = [
+        x.type.ndim - ndim for x, ndim in zip(blockwise_node.inputs, core_ndims)
+    ]
+    batch_ndim = max(input_batch_ndims)
+
+    inputs, batched = [], []
+    for x, ndim in zip(blockwise_node.inputs, input_batch_ndims):
+        if all(x.type.broadcastable[:ndim]):
+            inputs.append(x.squeeze(axis=tuple(range(ndim))) if ndim else x)
+            batched.append(False)
+        else:
+            inputs.append(shape_padleft(x, batch_ndim - ndim))
+            batched.append(True)
+
+    if not any(batched):
+        outputs = core_op(*inputs, return_list=True)
+        return [shape_padleft(out, batch_ndim) for out in outputs]
+
+    output_types = [out.type for out in blockwise_node.outputs]
+    offsets = [batch_ndim if b else 0 for b in batched]
+    batch_dims = [
+        _batch_dim(d, output_types[0].shape[d], inputs, batched)
+        for d in range(batch_ndim)
+    ]
+    output_dims = tuple(
+        (*batch_dims, *(shift_symbols(d, offsets) for d in core_dims))
+        for core_dims in core_op.output_dims
+    )
+    vmapped = OpFromJax(
+        VmapFunction(
+            core_op.fn,
+            batch_ndim,
+            tuple(batched),
+            tuple(
+                tuple(x.type.broadcastable[:batch_ndim]) if b else ()
+                for x, b in zip(inputs, batched)
+            ),
+        ),
+        [x.type for x in inputs],
+        output_types,
+        name=f"vmap({core_op.describe()})",
+        output_dims=output_dims,
+    )
+    return vmapped(*inputs, return_list=True)
+
+
+def _batch_dim(
+    dim: int, static: int | None, inputs: Sequence[Variable], batched: Sequence[bool]
+) -> int | str | None:
+    """A batch dim of the outputs: static, or the same dim of a batched input.
+
+    Runtime broadcasting is an error (:meth:`VmapFunction.batch_shape`), so
+    every input that does not have length 1 there has the output's length.
+    """
+    if static is not None:
+        return static
+    for i, (x, b) in enumerate(zip(inputs, batched)):
+        if b and not x.type.broadcastable[dim]:
+            return symbol_name(i, dim)
+    return None
+
+
+@_vectorize_node.register(OpFromJax)
+def _vectorize_op_from_jax(op: OpFromJax, node: Apply, *batched_inputs) -> list:
+    return vmap_node(vectorize_node_fallback(op, node, *batched_inputs))
+
+
+@node_rewriter([Blockwise])
+def vmap_blockwise(fgraph, node: Apply) -> list[Variable] | None:
+    """Rewrite ``Blockwise(OpFromJax)`` into one vmapped :class:`OpFromJax`."""
+    if not isinstance(node.op.core_op, OpFromJax):
+        return None
+    outputs = vmap_node(node)
+    copy_stack_trace(node.outputs, outputs)
+    return outputs
+
+
+# ------------------------------------------------------- value + gradient
+def _is_vjp_node(node: Apply) -> bool:
+    return isinstance(node.op, OpFromJax) and isinstance(node.op.fn, VJPFunction)
+
+
+def _find_forward(fgraph, primals: Sequence[Variable], fns: Sequence) -> Apply | None:
+    """A node applying an op whose inner function is one of ``fns`` to ``primals``."""
+    if not primals:
+        return None
+    for client, _ in fgraph.clients[primals[0]]:
+        if (
+            isinstance(client, Apply)
+            and isinstance(client.op, OpFromJax)
+            and client.op.fn in fns
+            and list(client.inputs) == list(primals)
+        ):
+            return client
+    return None
+
+
+@node_rewriter([OpFromJax])
+def fuse_value_and_vjp(fgraph, node: Apply) -> dict | None:
+    """Share one forward pass between an op and its pullback on the same inputs.
+
+    ``f(x)`` and ``vjp(f)(x, ct)`` become ``f_with_residuals(x)``, whose extra
+    output (the VJP residuals as bytes) feeds ``vjp(f)(x, residuals, ct)``. A
+    second pullback of the same kind reuses the residuals. A pullback alone
+    (no forward node on the same inputs) is left as it is: it then has to run
+    the forward anyway, and residuals would only cost memory.
+    """
+    if not _is_vjp_node(node):
+        return None
+    vjp_op: OpFromJax = node.op
+    vjp: VJPFunction = vjp_op.fn
+    n_primals = len(vjp.wrt)
+    primals, cotangents = node.inputs[:n_primals], node.inputs[n_primals:]
+    forward_fn, backward_fn = vjp.split()
+
+    replacements: dict[Variable, Variable] = {}
+    fused = _find_forward(fgraph, primals, [forward_fn])
+    if fused is not None:
+        residuals = fused.outputs[-1]
+    else:
+        forward = _find_forward(fgraph, primals, [vjp.forward])
+        if forward is None:
+            return None
+        forward_op: OpFromJax = forward.op
+        fused_op = OpFromJax(
+            forward_fn,
+            forward_op.input_types,
+            [*forward_op.output_types, TensorType("uint8", shape=(None,))],
+            name=f"{forward_op.describe()}+residuals",
+            output_dims=(*forward_op.output_dims, (None,)),
+        )
+        *outputs, residuals = fused_op(*primals, return_list=True)
+        copy_stack_trace(forward.outputs, outputs)
+        replacements.update(zip(forward.outputs, outputs))
+
+    backward_op = OpFromJax(
+        backward_fn,
+        [
+            *vjp_op.input_types[:n_primals],
+            residuals.type,
+            *vjp_op.input_types[n_primals:],
+        ],
+        vjp_op.output_types,
+        name=vjp_op.name,
+        output_dims=vjp_op.output_dims,
+    )
+    gradients = backward_op(*primals, residuals, *cotangents, return_list=True)
+    copy_stack_trace(node.outputs, gradients)
+    replacements.update(zip(node.outputs, gradients))
+    return replacements
+
+
+# Before canonicalization, so that later rewrites see the vmapped op.
+optdb.register(
+    "jax_ofg_vmap_blockwise",
+    dfs_rewriter(vmap_blockwise, ignore_newtrees=True),
+    "fast_run",
+    "fast_compile",
+    position=0.95,
+)
+# After the graph is merged and simplified (equal forward ops are one node by
+# then), before in-place rewrites.
+optdb.register(
+    "jax_ofg_fuse_value_and_vjp",
+    dfs_rewriter(fuse_value_and_vjp, ignore_newtrees=True),
+    "fast_run",
+    "fast_compile",
+    position=48.5,
+)

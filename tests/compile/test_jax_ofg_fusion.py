@@ -1,0 +1,229 @@
+"""Value and gradient share one forward pass (the VJP-residual rewrite)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _linkers import compile_function
+
+import pytensor.tensor as pt
+from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
+from pytensor.compile.jax_ofg_transforms import (
+    VJPForward,
+    VJPFromResiduals,
+    pack_residuals,
+    unpack_residuals,
+)
+
+
+class BodyCounter:
+    """Counts executions of a wrapped function's body with `jax.debug.callback`."""
+
+    def __init__(self):
+        self.count = 0
+
+    def tick(self):
+        jax.debug.callback(self._increment)
+
+    def _increment(self):
+        self.count += 1
+
+    def runs(self, f, *args):
+        """How many times the body runs during one call of ``f``."""
+        f(*args)  # compile and warm up
+        jax.effects_barrier()
+        self.count = 0
+        result = f(*args)
+        jax.effects_barrier()
+        return self.count, result
+
+
+def jax_ops(f) -> list[OpFromJax]:
+    return [n.op for n in f.maker.fgraph.apply_nodes if isinstance(n.op, OpFromJax)]
+
+
+def make_model(counter):
+    def model(x, k):
+        counter.tick()
+        return {"energy": jnp.sum(jnp.sin(x) ** 2) * k, "path": jnp.cumsum(x)}
+
+    return model
+
+
+def reference_cost(x, k):
+    out = make_model(BodyCounter())(x, k)
+    return out["energy"] + jnp.sum(out["path"] ** 2)
+
+
+@pytest.mark.parametrize("shape", [(4,), (None,)], ids=["static", "unknown"])
+def test_value_and_gradient_run_the_body_once(mode, shape):
+    counter = BodyCounter()
+    x, k = pt.tensor("x", shape=shape), pt.scalar("k")
+    out = as_jax_op(make_model(counter))(x, k)
+    cost = out["energy"] + (out["path"] ** 2).sum()
+    f = compile_function([x, k], [cost, *pt.grad(cost, [x, k])], mode)
+
+    xv, kv = np.linspace(0.1, 1.0, 4), 1.7
+    runs, (value, grad_x, grad_k) = counter.runs(f, xv, kv)
+    assert runs == 1
+    assert sorted(op.name for op in jax_ops(f)) == ["model+residuals", "vjp(model)"]
+    want_value, (want_x, want_k) = jax.value_and_grad(reference_cost, (0, 1))(xv, kv)
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    np.testing.assert_allclose(grad_x, want_x, rtol=1e-12)
+    np.testing.assert_allclose(grad_k, want_k, rtol=1e-12)
+
+
+def test_without_the_rewrite_the_body_runs_twice(host_mode):
+    """What the rewrite saves (and proof that the counter counts)."""
+    from pytensor.compile.mode import get_mode
+
+    counter = BodyCounter()
+    x, k = pt.vector("x"), pt.scalar("k")
+    out = as_jax_op(make_model(counter))(x, k)
+    cost = out["energy"]
+    unfused = get_mode(host_mode).excluding("jax_ofg_fuse_value_and_vjp")
+    f = compile_function([x, k], [cost, pt.grad(cost, x)], unfused)
+    assert counter.runs(f, np.ones(3), 2.0)[0] == 2
+
+
+def test_value_alone_and_gradient_alone_make_no_residuals(mode):
+    counter = BodyCounter()
+    x, k = pt.vector("x"), pt.scalar("k")
+    cost = as_jax_op(make_model(counter))(x, k)["energy"]
+
+    value_only = compile_function([x, k], cost, mode)
+    assert [op.name for op in jax_ops(value_only)] == ["model"]
+    gradient_only = compile_function([x, k], pt.grad(cost, x), mode)
+    assert [op.name for op in jax_ops(gradient_only)] == ["vjp(model)"]
+
+    xv = np.array([0.3, 0.5])
+    np.testing.assert_allclose(
+        gradient_only(xv, 2.0), jax.grad(lambda v: 2.0 * jnp.sum(jnp.sin(v) ** 2))(xv)
+    )
+    assert counter.runs(gradient_only, xv, 2.0)[0] == 1
+
+
+def test_two_gradients_share_the_residuals(host_mode):
+    counter = BodyCounter()
+    x, k = pt.vector("x"), pt.scalar("k")
+    out = as_jax_op(make_model(counter))(x, k)
+    first = pt.grad(out["energy"], x)
+    second = pt.grad(3.0 * out["energy"], x)  # another cotangent, same kind of vjp
+    f = compile_function([x, k], [out["energy"], first, second], host_mode)
+    runs, (_, g1, g2) = counter.runs(f, np.array([0.2, 0.4]), 1.5)
+    assert runs == 1
+    np.testing.assert_allclose(g2, 3 * g1)
+    assert [op.name for op in jax_ops(f)].count("model+residuals") == 1
+
+
+def test_fusion_through_nesting(mode):
+    """The outer op's body runs once; the gradient reaches the producer's input."""
+    counter = BodyCounter()
+    knots = pt.vector("knots", shape=(5,))
+
+    @as_jax_op
+    def interpolator(ys):
+        return lambda t: jnp.interp(t, jnp.arange(5.0), ys)
+
+    @as_jax_op
+    def integral(f, scale):
+        counter.tick()
+        return scale * jnp.sum(jax.vmap(f)(jnp.linspace(0.0, 4.0, 9)))
+
+    scale = pt.scalar("scale")
+    cost = integral(interpolator(knots), scale)
+    f = compile_function([knots, scale], [cost, *pt.grad(cost, [knots, scale])], mode)
+    ys = np.array([0.0, 1.0, -1.0, 2.0, 0.5])
+    runs, (value, grad_knots, grad_scale) = counter.runs(f, ys, 2.0)
+    assert runs == 1
+
+    def reference(ys, scale):
+        grid = jnp.linspace(0.0, 4.0, 9)
+        return scale * jnp.sum(jnp.interp(grid, jnp.arange(5.0), ys))
+
+    want, (want_knots, want_scale) = jax.value_and_grad(reference, (0, 1))(ys, 2.0)
+    np.testing.assert_allclose(value, want)
+    np.testing.assert_allclose(grad_knots, want_knots)
+    np.testing.assert_allclose(grad_scale, want_scale)
+
+
+def test_repeated_inputs_under_the_jax_linker():
+    """One variable passed twice is one tracer; residuals must still line up."""
+
+    @as_jax_op
+    def both(a, b, t):
+        return a * t**2 + jnp.tanh(b * t)
+
+    a, t = pt.scalar("a"), pt.scalar("t")
+    cost = both(a, a, t)
+    f = compile_function([a, t], [cost, *pt.grad(cost, [a, t])], "JAX")
+    assert sorted(op.name for op in jax_ops(f)) == ["both+residuals", "vjp(both)"]
+    want = jax.value_and_grad(lambda a, t: both.fn(a, a, t), (0, 1))(0.7, 2.3)
+    value, grad_a, grad_t = f(0.7, 2.3)
+    np.testing.assert_allclose(value, want[0])
+    np.testing.assert_allclose([grad_a, grad_t], want[1])
+
+
+def test_pymc_logp_dlogp_runs_the_body_once():
+    pm = pytest.importorskip("pymc")
+    counter = BodyCounter()
+
+    @as_jax_op
+    def mean(theta):
+        counter.tick()
+        return jnp.stack([theta, 2 * theta, theta**2])
+
+    with pm.Model() as model:
+        theta = pm.Normal("theta")
+        pm.Normal("y", mu=mean(theta), observed=[0.5, 1.0, 0.2])
+    logp_dlogp = model.logp_dlogp_function(ravel_inputs=True)
+    logp_dlogp.set_extra_values({})
+    point = np.array([0.4])
+    runs, (logp, dlogp) = counter.runs(logp_dlogp, point)
+    assert runs == 1
+
+    def reference(th):
+        mu = jnp.stack([th, 2 * th, th**2])
+        y = jnp.array([0.5, 1.0, 0.2])
+        return jnp.sum(
+            jax.scipy.stats.norm.logpdf(y, mu)
+        ) + jax.scipy.stats.norm.logpdf(th)
+
+    np.testing.assert_allclose(logp, reference(0.4))
+    np.testing.assert_allclose(dlogp, [jax.grad(reference)(0.4)])
+
+
+@pytest.mark.parametrize(
+    "leaves",
+    [
+        [],
+        [np.float64(1.5)],
+        [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([True, False])],
+        [np.zeros((0, 3)), np.array([1 + 2j, -3j]), np.arange(4, dtype=np.int8)],
+        [
+            np.array([-7, 2**40]),
+            np.array(3, dtype=np.uint16),
+            np.array([1.0 + 0j], np.complex64),
+        ],
+    ],
+    ids=["none", "scalar", "f32-bool", "empty-c128-i8", "i64-u16-c64"],
+)
+def test_residual_bytes_round_trip(leaves):
+    like = [jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype) for x in leaves]
+    data = jax.jit(pack_residuals)(leaves)
+    assert data.dtype == jnp.uint8
+    assert data.shape == (sum(np.asarray(x).nbytes for x in leaves),)
+    for got, want in zip(unpack_residuals(data, like), leaves):
+        assert got.dtype == np.asarray(want).dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_split_functions_are_equal_for_equal_vjps():
+    """Equal halves make equal ops, so PyTensor merges them."""
+    x = pt.vector("x")
+    op = as_jax_op(lambda v: jnp.sum(v**2))(x).owner.op
+    g1 = pt.grad(op(x), x).owner.op.fn
+    g2 = pt.grad(op(x), x).owner.op.fn
+    assert g1.split() == g2.split()
+    forward, backward = g1.split()
+    assert isinstance(forward, VJPForward) and isinstance(backward, VJPFromResiduals)

@@ -1,0 +1,186 @@
+"""Pickling: graphs and compiled functions unpickle and run in a fresh process."""
+
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import _jax_ofg_models as models
+import cloudpickle
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _linkers import LINKER_MODES, compile_function
+
+import pytensor.tensor as pt
+from pytensor.compile.jax_ofg import as_jax_op
+
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+
+def run_in_fresh_process(code: str) -> None:
+    """Run ``code`` in a new interpreter that imports this checkout's modules."""
+    prelude = f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("checkout", {str(ROOT / "conftest.py")!r})
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+sys.path.insert(0, {str(HERE)!r})
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def reference_cost(x, t):
+    """The cost of `_cost_graph`, in plain JAX."""
+    out = models.powers.__wrapped__(x, power=3)
+    interpolator = models.make_interpolator.__wrapped__(x)
+    nested = models.integrate.__wrapped__(interpolator, t)
+    module_out = models.apply.__wrapped__(models.Scale(x, "tanh"), x)
+    return out["total"] + out["power"].sum() + nested + module_out.sum()
+
+
+def _cost_graph():
+    x = pt.vector("x", shape=(3,))
+    t = pt.scalar("t")
+    out = models.powers(x, power=3)
+    nested = models.integrate(models.make_interpolator(x), t)
+    module_out = models.apply(models.Scale(x, "tanh"), x)
+    cost = out["total"] + out["power"].sum() + nested + module_out.sum()
+    return [x, t], [cost, *pt.grad(cost, [x, t])]
+
+
+def test_graphs_and_compiled_functions_unpickle_in_a_fresh_process(tmp_path):
+    inputs, outputs = _cost_graph()
+    functions = {
+        name: compile_function(inputs, outputs, mode) for name, mode in LINKER_MODES
+    }
+    x, t = np.array([0.3, -1.2, 2.0]), 0.7
+    for f in functions.values():
+        f(x, t)  # the ops' jitted functions now exist, and must not be pickled
+    (tmp_path / "functions.pkl").write_bytes(pickle.dumps(functions))
+    (tmp_path / "graph.pkl").write_bytes(pickle.dumps((inputs, outputs)))
+
+    run_in_fresh_process(f"""
+        import pickle
+        import numpy as np
+        import pytensor
+        folder = {str(tmp_path)!r}
+        with open(folder + "/functions.pkl", "rb") as file:
+            functions = pickle.load(file)
+        with open(folder + "/graph.pkl", "rb") as file:
+            inputs, outputs = pickle.load(file)
+        functions["graph"] = pytensor.function(inputs, outputs)
+        x, t = np.array([0.3, -1.2, 2.0]), 0.7
+        results = {{
+            f"{{name}}_{{i}}": np.asarray(value)
+            for name, f in functions.items()
+            for i, value in enumerate(f(x, t))
+        }}
+        np.savez(folder + "/results.npz", **results)
+    """)
+
+    results = np.load(tmp_path / "results.npz")
+    value, gradients = jax.value_and_grad(reference_cost, argnums=(0, 1))(x, t)
+    for name in [*functions, "graph"]:
+        np.testing.assert_allclose(results[f"{name}_0"], value, rtol=1e-12)
+        np.testing.assert_allclose(results[f"{name}_1"], gradients[0], rtol=1e-12)
+        np.testing.assert_allclose(results[f"{name}_2"], gradients[1], rtol=1e-12)
+
+
+def _closure_model(scale):
+    @as_jax_op
+    def scaled(x):
+        return scale * jnp.sin(x)
+
+    return scaled
+
+
+def test_closures_and_lambdas_unpickle_with_cloudpickle(tmp_path):
+    x = pt.vector("x")
+    y = _closure_model(2.5)(x)
+    cost = as_jax_op(lambda v: jnp.sum(v**2))(y)
+    f = compile_function([x], [cost, pt.grad(cost, x)], None)
+    (tmp_path / "f.pkl").write_bytes(cloudpickle.dumps(f))
+
+    run_in_fresh_process(f"""
+        import cloudpickle
+        import numpy as np
+        with open({str(tmp_path / "f.pkl")!r}, "rb") as file:
+            f = cloudpickle.load(file)
+        value, gradient = f(np.linspace(-1, 1, 4))
+        np.savez({str(tmp_path / "out.npz")!r}, value=value, gradient=gradient)
+    """)
+
+    x_value = np.linspace(-1, 1, 4)
+
+    def reference(v):
+        return jnp.sum((2.5 * jnp.sin(v)) ** 2)
+
+    results = np.load(tmp_path / "out.npz")
+    np.testing.assert_allclose(results["value"], reference(x_value))
+    np.testing.assert_allclose(results["gradient"], jax.grad(reference)(x_value))
+
+
+def test_jitted_functions_are_never_pickled():
+    x = pt.vector("x", shape=(3,))
+    out = models.powers(x)["total"]
+    op = out.owner.op
+    compile_function([x], out, "CVM")(np.ones(3))
+    with pytest.raises(Exception, match="pickle"):  # why they must be left out
+        pickle.dumps(op.jitted)
+    clone = pickle.loads(pickle.dumps(op))
+    assert "_jitted" not in vars(clone)
+    assert clone == op and hash(clone) == hash(op)
+
+
+def test_module_level_wrappers_pickle_by_name():
+    assert pickle.loads(pickle.dumps(models.powers)) is models.powers
+
+
+def test_equinox_static_fields_survive_pickling():
+    """Equinox keeps a sentinel in its tree structures; it must stay itself."""
+    x = pt.vector("x", shape=(3,))
+    out = models.apply(models.Scale(x, "linear"), x)
+    clone = pickle.loads(pickle.dumps(out))
+    f = compile_function([clone.owner.inputs[0]], clone, "FAST_COMPILE")
+    np.testing.assert_allclose(f(np.array([1.0, 2.0, 3.0])), [1.0, 4.0, 9.0])
+
+
+@pytest.mark.slow
+def test_pymc_multiprocess_sampling():
+    """`pm.sample(cores=2)` pickles the model's functions into two workers.
+
+    The start method is forkserver: PyMC's default `fork` can deadlock once
+    JAX has started its threads.
+    """
+    pm = pytest.importorskip("pymc")
+    rng = np.random.default_rng(3)
+    data = rng.normal(2 * 0.8, 1.0, size=10)
+    with pm.Model():
+        theta = pm.Normal("theta", 0.0, 1.0)
+        pm.Normal("y", mu=models.doubled(theta), sigma=1.0, observed=data)
+        idata = pm.sample(
+            draws=300,
+            tune=300,
+            chains=2,
+            cores=2,
+            mp_ctx="forkserver",
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    draws = idata.posterior["theta"].values
+    assert draws.shape == (2, 300)
+    # conjugate normal model: theta | y ~ N(2 * sum(y) / 41, 1 / 41)
+    posterior_mean, posterior_sd = 2 * data.sum() / 41, 41**-0.5
+    assert abs(draws.mean() - posterior_mean) < 0.3 * posterior_sd
+    assert 0.8 < draws.std() / posterior_sd < 1.2
