@@ -185,6 +185,20 @@ class OpFromJax(Op):
         self.output_dims = output_dims
         super().__init__()
 
+    def __hash__(self) -> int:
+        # Ops are immutable and hashing the inner function walks its fields:
+        # compute once (lookups in the jitted-function cache use it).
+        try:
+            return self._hash
+        except AttributeError:
+            self._hash = super().__hash__()
+            return self._hash
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_hash", None)  # string hashes differ between processes
+        return state
+
     def __str__(self) -> str:
         return f"{type(self).__name__}{{{self.describe()}}}"
 
@@ -269,13 +283,12 @@ class OpFromJax(Op):
         (Python, C VM and Numba linkers) hold this function for their lifetime.
         """
         jitted = self.jitted
-        note = f"Raised by the JAX function wrapped in {self}."
 
         def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
             try:
                 outputs = jitted(*inputs)
             except Exception as error:
-                error.add_note(note)
+                error.add_note(f"Raised by the JAX function wrapped in {self}.")
                 raise
             return [np.array(output) for output in outputs]
 

@@ -8,8 +8,11 @@ out) into another one, so the derivative or batched op is again an
 * :class:`VJPFunction` and :class:`JVPFunction`: reverse and forward mode.
 * :class:`VJPForward` and :class:`VJPFromResiduals`: reverse mode split in
   two, so value and gradient share one forward pass. The forward also returns
-  the residuals of ``jax.vjp`` (what the pullback needs), packed into one byte
-  vector; the backward unpacks them instead of running the forward again.
+  the residuals of ``jax.vjp`` (what the pullback needs), packed into one
+  vector per dtype; the backward unpacks them instead of running the forward
+  again.
+* :class:`ValueAndVJP`: value and pullback in one program, when the
+  cotangents do not depend on the value.
 * :class:`VmapFunction`: the function mapped over leading batch dims.
 
 All are frozen dataclasses: equal fields make equal functions, hence equal
@@ -28,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pytensor.compile.jax_ofg_functions import ArrayTuple, InnerFunction
+from pytensor.compile.jax_ofg_shapes import STAND_IN_SIZES, symbol_name
 
 
 def _merge(
@@ -87,96 +91,181 @@ class VJPFunction(InnerFunction):
         _, pullback = _vjp(self.forward, self.wrt, self.cotangent_outputs, primals)
         return tuple(pullback(_cast_cotangents(cotangents, self.cotangent_dtypes)))
 
-    def split(self) -> tuple[VJPForward, VJPFromResiduals]:
+    def split(
+        self, residual_dtypes: tuple[str, ...]
+    ) -> tuple[VJPForward, VJPFromResiduals]:
         """The forward and backward halves sharing one forward pass."""
         return (
-            VJPForward(self.forward, self.wrt, self.cotangent_outputs),
-            VJPFromResiduals(self),
+            VJPForward(self.forward, self.wrt, self.cotangent_outputs, residual_dtypes),
+            VJPFromResiduals(self, residual_dtypes),
         )
 
 
 # ----------------------------------------------------------------- residuals
-def _as_bytes(leaf: Any) -> Any:
-    leaf = jnp.asarray(leaf)
-    if leaf.dtype == jnp.bool_:
-        leaf = leaf.astype(jnp.uint8)
-    elif jnp.issubdtype(leaf.dtype, jnp.complexfloating):
-        leaf = jnp.stack([leaf.real, leaf.imag], axis=-1)
-    return jax.lax.bitcast_convert_type(leaf, jnp.uint8).reshape(-1)
+def _abstract_pullback(vjp: VJPFunction, primals: Sequence[Any]) -> Any:
+    """The pullback of ``vjp`` at ``primals``, traced abstractly.
 
-
-def _n_bytes(like: jax.ShapeDtypeStruct) -> int:
-    return math.prod(like.shape) * np.dtype(like.dtype).itemsize
-
-
-def _from_bytes(data: Any, like: jax.ShapeDtypeStruct) -> Any:
-    dtype = np.dtype(like.dtype)
-    if dtype == np.bool_:
-        return data.reshape(like.shape).astype(jnp.bool_)
-    if dtype.kind == "c":
-        part = np.dtype(f"f{dtype.itemsize // 2}")
-        pairs = _from_bytes(data, jax.ShapeDtypeStruct((*like.shape, 2), part))
-        return jax.lax.complex(pairs[..., 0], pairs[..., 1])
-    if dtype.itemsize == 1:
-        return jax.lax.bitcast_convert_type(data.reshape(like.shape), dtype)
-    return jax.lax.bitcast_convert_type(
-        data.reshape((*like.shape, dtype.itemsize)), dtype
-    )
-
-
-def pack_residuals(leaves: Sequence[Any]) -> Any:
-    """Every leaf as bytes, in one ``uint8`` vector.
-
-    One output of a fixed type, whatever the number, dtypes and shapes of the
-    residuals (which may depend on input sizes unknown when the graph is
-    rewritten).
+    ``jax.vjp`` stores a residual that is one of its primals by reference,
+    found by tracer identity, and bakes concrete (constant) primals in. So
+    the abstract trace must see the same tracer passed at the same positions
+    (one PyTensor variable given twice, under the JAX linker) and the same
+    constants as the forward trace did.
     """
-    if not leaves:
-        return jnp.zeros((0,), jnp.uint8)
-    return jnp.concatenate([_as_bytes(leaf) for leaf in leaves])
+    positions: dict[int, int] = {}
+    traced, index = [], []
+    for primal in primals:
+        if isinstance(primal, jax.core.Tracer):
+            index.append(positions.setdefault(id(primal), len(traced)))
+            if index[-1] == len(traced):
+                traced.append(primal)
+        else:
+            index.append(None)
+
+    def pullback(*unique):
+        rebuilt = [p if k is None else unique[k] for p, k in zip(primals, index)]
+        return _vjp(vjp.forward, vjp.wrt, vjp.cotangent_outputs, rebuilt)[1]
+
+    return jax.eval_shape(pullback, *traced)
 
 
-def unpack_residuals(data: Any, like: Sequence[jax.ShapeDtypeStruct]) -> list[Any]:
+def residual_dtypes(
+    vjp: VJPFunction, input_shapes: Sequence[tuple], input_dtypes: Sequence[str]
+) -> tuple[str, ...]:
+    """The dtypes of the residuals of ``vjp``, found by an abstract trace.
+
+    Unknown dims (None) are traced as symbolic dims, else with stand-in
+    sizes; raises the tracing error when every attempt fails.
+    """
+    unknown = [
+        (i, j)
+        for i, shape in enumerate(input_shapes)
+        for j, d in enumerate(shape)
+        if d is None
+    ]
+    attempts = [[tuple(shape) for shape in input_shapes]]
+    if unknown:
+        symbols = dict(
+            zip(
+                unknown,
+                jax.export.symbolic_shape(
+                    ", ".join(symbol_name(i, j) for i, j in unknown)
+                ),
+            )
+        )
+        attempts = [
+            [
+                tuple(symbols.get((i, j), d) for j, d in enumerate(shape))
+                for i, shape in enumerate(input_shapes)
+            ],
+            *(
+                [tuple(size if d is None else d for d in s) for s in input_shapes]
+                for size in STAND_IN_SIZES
+            ),
+        ]
+    for shapes in attempts:
+        specs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, input_dtypes)]
+        try:
+            leaves = jax.tree_util.tree_leaves(_abstract_pullback(vjp, specs))
+        except Exception as error:  # JAX code that needs concrete sizes
+            failure = error
+            continue
+        return tuple(sorted({np.dtype(leaf.dtype).name for leaf in leaves}))
+    raise failure
+
+
+def pack_residuals(leaves: Sequence[Any], dtypes: Sequence[str]) -> list[Any]:
+    """The leaves, flattened and concatenated into one vector per dtype.
+
+    A fixed number of outputs of fixed types, whatever the number and shapes
+    of the residuals (which may depend on input sizes unknown when the graph
+    is rewritten).
+    """
+    groups: dict[str, list] = {dtype: [] for dtype in dtypes}
+    for leaf in leaves:
+        dtype = np.dtype(leaf.dtype).name
+        if dtype not in groups:
+            raise TypeError(
+                f"A VJP residual has dtype {dtype}, not one of {tuple(dtypes)} "
+                "found when the graph was rewritten."
+            )
+        groups[dtype].append(jnp.ravel(leaf))
+    return [
+        jnp.concatenate(group) if group else jnp.zeros((0,), dtype)
+        for dtype, group in groups.items()
+    ]
+
+
+def unpack_residuals(
+    vectors: Sequence[Any], dtypes: Sequence[str], like: Sequence[Any]
+) -> list[Any]:
     """The inverse of :func:`pack_residuals`, given the leaves' shapes and dtypes."""
-    leaves, offset = [], 0
+    vector_of = dict(zip(dtypes, vectors))
+    offsets = dict.fromkeys(dtypes, 0)
+    leaves = []
     for leaf in like:
-        size = _n_bytes(leaf)
-        leaves.append(_from_bytes(data[offset : offset + size], leaf))
-        offset += size
+        dtype = np.dtype(leaf.dtype).name
+        start, size = offsets[dtype], math.prod(leaf.shape)
+        leaves.append(vector_of[dtype][start : start + size].reshape(leaf.shape))
+        offsets[dtype] = start + size
     return leaves
 
 
 @dataclass(frozen=True)
 class VJPForward(InnerFunction):
-    """``forward``'s outputs, then its VJP residuals packed into one byte vector."""
+    """``forward``'s outputs, then its VJP residuals: one vector per dtype."""
 
     forward: Callable[..., ArrayTuple]
     wrt: tuple[bool, ...]
     cotangent_outputs: tuple[int, ...]
+    residual_dtypes: tuple[str, ...]
+
+    def split_of(self, vjp: VJPFunction) -> bool:
+        """Whether this is the forward half of ``vjp`` (its residuals fit it)."""
+        return (self.forward, self.wrt, self.cotangent_outputs) == (
+            vjp.forward,
+            vjp.wrt,
+            vjp.cotangent_outputs,
+        )
 
     def __call__(self, *primals: Any) -> ArrayTuple:
-        # Under an outer trace (the JAX linker), one variable passed twice is
-        # one tracer, and jax.vjp stores a residual that is a primal by its
-        # position among equal tracers. The jit boundary gives every position
-        # its own tracer, exactly as the backward's `jax.eval_shape` does, so
-        # both find the same residual structure.
-        return jax.jit(self._with_residuals)(*primals)
-
-    def _with_residuals(self, *primals: Any) -> ArrayTuple:
         outputs, pullback = _vjp(
             self.forward, self.wrt, self.cotangent_outputs, primals
         )
         residuals = jax.tree_util.tree_leaves(pullback)
-        return (*outputs, pack_residuals(residuals))
+        return (*outputs, *pack_residuals(residuals, self.residual_dtypes))
 
 
 @dataclass(frozen=True)
 class VJPFromResiduals(InnerFunction):
     """``vjp``, taking the residuals of :class:`VJPForward` instead of recomputing.
 
-    Arguments: ``(*primals, residual_bytes, *cotangents)``. The primals only
-    give shapes: the pullback's structure is found by tracing the forward
+    Arguments: ``(*primals, *residual_vectors, *cotangents)``. The primals
+    only give shapes: the pullback's structure is found by tracing the forward
     abstractly (``jax.eval_shape``), which costs nothing at run time.
+    """
+
+    vjp: VJPFunction
+    residual_dtypes: tuple[str, ...]
+
+    def __call__(self, *args: Any) -> ArrayTuple:
+        vjp = self.vjp
+        n_primals, n_vectors = len(vjp.wrt), len(self.residual_dtypes)
+        primals = args[:n_primals]
+        vectors = args[n_primals : n_primals + n_vectors]
+        cotangents = args[n_primals + n_vectors :]
+        like, treedef = jax.tree_util.tree_flatten(_abstract_pullback(vjp, primals))
+        residuals = unpack_residuals(vectors, self.residual_dtypes, like)
+        pullback = jax.tree_util.tree_unflatten(treedef, residuals)
+        return tuple(pullback(_cast_cotangents(cotangents, vjp.cotangent_dtypes)))
+
+
+@dataclass(frozen=True)
+class ValueAndVJP(InnerFunction):
+    """``forward``'s outputs and ``vjp``'s input cotangents, in one JAX program.
+
+    Arguments: ``(*primals, *cotangents)``. For a pullback whose cotangents do
+    not depend on the forward outputs (``pt.grad`` of a cost computed inside
+    the wrapped function), this is :func:`jax.value_and_grad`.
     """
 
     vjp: VJPFunction
@@ -184,16 +273,10 @@ class VJPFromResiduals(InnerFunction):
     def __call__(self, *args: Any) -> ArrayTuple:
         vjp = self.vjp
         n_primals = len(vjp.wrt)
-        primals, residual_bytes = args[:n_primals], args[n_primals]
-        cotangents = args[n_primals + 1 :]
-        abstract = jax.eval_shape(
-            lambda *p: _vjp(vjp.forward, vjp.wrt, vjp.cotangent_outputs, p)[1],
-            *primals,
-        )
-        like, treedef = jax.tree_util.tree_flatten(abstract)
-        residuals = unpack_residuals(residual_bytes, like)
-        pullback = jax.tree_util.tree_unflatten(treedef, residuals)
-        return tuple(pullback(_cast_cotangents(cotangents, vjp.cotangent_dtypes)))
+        primals, cotangents = args[:n_primals], args[n_primals:]
+        outputs, pullback = _vjp(vjp.forward, vjp.wrt, vjp.cotangent_outputs, primals)
+        gradients = pullback(_cast_cotangents(cotangents, vjp.cotangent_dtypes))
+        return (*outputs, *gradients)
 
 
 @dataclass(frozen=True)

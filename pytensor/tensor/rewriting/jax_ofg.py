@@ -8,23 +8,29 @@
   pullback on the same inputs (every ``logp_dlogp`` function PyMC compiles),
   :func:`fuse_value_and_vjp` makes the forward op also return the VJP
   residuals and the pullback consume them, so the forward JAX computation
-  runs once per call instead of twice.
+  runs once per call instead of twice; when the cotangents do not depend on
+  the forward outputs, both become one ``jax.value_and_grad``-like op.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pytensor.compile.jax_ofg import OpFromJax
 from pytensor.compile.jax_ofg_shapes import shift_symbols, symbol_name
 from pytensor.compile.jax_ofg_transforms import (
+    ValueAndVJP,
+    VJPForward,
     VJPFunction,
     VmapFunction,
+    residual_dtypes,
 )
 from pytensor.compile.mode import optdb
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.replace import _vectorize_node
 from pytensor.graph.rewriting.basic import copy_stack_trace, dfs_rewriter, node_rewriter
+from pytensor.graph.traversal import ancestors
 from pytensor.tensor.blockwise import Blockwise, vectorize_node_fallback
 from pytensor.tensor.shape import shape_padleft
 from pytensor.tensor.type import TensorType
@@ -126,19 +132,43 @@ def _is_vjp_node(node: Apply) -> bool:
     return isinstance(node.op, OpFromJax) and isinstance(node.op.fn, VJPFunction)
 
 
-def _find_forward(fgraph, primals: Sequence[Variable], fns: Sequence) -> Apply | None:
-    """A node applying an op whose inner function is one of ``fns`` to ``primals``."""
+def _find_forward(
+    fgraph, primals: Sequence[Variable], matches: Callable[[Any], bool]
+) -> Apply | None:
+    """A node applying an :class:`OpFromJax` whose function ``matches`` to ``primals``."""
     if not primals:
         return None
     for client, _ in fgraph.clients[primals[0]]:
         if (
             isinstance(client, Apply)
             and isinstance(client.op, OpFromJax)
-            and client.op.fn in fns
+            and matches(client.op.fn)
             and list(client.inputs) == list(primals)
         ):
             return client
     return None
+
+
+def _depends_on(variables: Sequence[Variable], outputs: Sequence[Variable]) -> bool:
+    return not set(outputs).isdisjoint(ancestors(variables))
+
+
+def _value_and_vjp(forward: Apply, vjp_node: Apply) -> dict[Variable, Variable]:
+    forward_op: OpFromJax = forward.op
+    vjp_op: OpFromJax = vjp_node.op
+    combined = OpFromJax(
+        ValueAndVJP(vjp_op.fn),
+        vjp_op.input_types,
+        [*forward_op.output_types, *vjp_op.output_types],
+        name=f"value_and_vjp({forward_op.describe()})",
+        output_dims=(*forward_op.output_dims, *vjp_op.output_dims),
+    )
+    outputs = combined(*vjp_node.inputs, return_list=True)
+    n_outputs = len(forward_op.output_types)
+    values, gradients = outputs[:n_outputs], outputs[n_outputs:]
+    copy_stack_trace(forward.outputs, values)
+    copy_stack_trace(vjp_node.outputs, gradients)
+    return dict(zip([*forward.outputs, *vjp_node.outputs], [*values, *gradients]))
 
 
 @node_rewriter([OpFromJax])
@@ -146,8 +176,12 @@ def fuse_value_and_vjp(fgraph, node: Apply) -> dict | None:
     """Share one forward pass between an op and its pullback on the same inputs.
 
     ``f(x)`` and ``vjp(f)(x, ct)`` become ``f_with_residuals(x)``, whose extra
-    output (the VJP residuals as bytes) feeds ``vjp(f)(x, residuals, ct)``. A
-    second pullback of the same kind reuses the residuals. A pullback alone
+    outputs (the VJP residuals, one vector per dtype) feed
+    ``vjp(f)(x, *residuals, ct)``. A second pullback of the same kind reuses
+    the residuals. When the cotangents do not depend on ``f(x)`` (a cost
+    computed inside the wrapped function), both become one
+    ``value_and_vjp(f)(x, ct)``, which is :func:`jax.value_and_grad`. A
+    pullback alone
     (no forward node on the same inputs) is left as it is: it then has to run
     the forward anyway, and residuals would only cost memory.
     """
@@ -157,40 +191,62 @@ def fuse_value_and_vjp(fgraph, node: Apply) -> dict | None:
     vjp: VJPFunction = vjp_op.fn
     n_primals = len(vjp.wrt)
     primals, cotangents = node.inputs[:n_primals], node.inputs[n_primals:]
-    forward_fn, backward_fn = vjp.split()
-
+    forward = _find_forward(fgraph, primals, lambda fn: fn == vjp.forward)
+    fused = _find_forward(
+        fgraph,
+        primals,
+        lambda fn: isinstance(fn, VJPForward) and fn.split_of(vjp),
+    )
     replacements: dict[Variable, Variable] = {}
-    fused = _find_forward(fgraph, primals, [forward_fn])
     if fused is not None:
-        residuals = fused.outputs[-1]
-    else:
-        forward = _find_forward(fgraph, primals, [vjp.forward])
-        if forward is None:
-            return None
+        forward_fn, backward_fn = vjp.split(fused.op.fn.residual_dtypes)
+        residuals = fused.outputs[
+            len(fused.outputs) - len(forward_fn.residual_dtypes) :
+        ]
+    elif forward is not None and not _depends_on(cotangents, forward.outputs):
+        # The cotangents are known before the forward runs: one program.
+        return _value_and_vjp(forward, node)
+    elif forward is not None:
         forward_op: OpFromJax = forward.op
+        try:
+            dtypes = residual_dtypes(
+                vjp,
+                [t.shape for t in vjp_op.input_types[:n_primals]],
+                [t.dtype for t in vjp_op.input_types[:n_primals]],
+            )
+        except Exception:  # cannot be traced abstractly: keep the two passes
+            return None
+        forward_fn, backward_fn = vjp.split(dtypes)
         fused_op = OpFromJax(
             forward_fn,
             forward_op.input_types,
-            [*forward_op.output_types, TensorType("uint8", shape=(None,))],
+            [
+                *forward_op.output_types,
+                *(TensorType(dtype, shape=(None,)) for dtype in dtypes),
+            ],
             name=f"{forward_op.describe()}+residuals",
-            output_dims=(*forward_op.output_dims, (None,)),
+            output_dims=(*forward_op.output_dims, *((None,) for _ in dtypes)),
         )
-        *outputs, residuals = fused_op(*primals, return_list=True)
+        outputs = fused_op(*primals, return_list=True)
+        n_outputs = len(forward_op.output_types)
+        outputs, residuals = outputs[:n_outputs], outputs[n_outputs:]
         copy_stack_trace(forward.outputs, outputs)
         replacements.update(zip(forward.outputs, outputs))
+    else:
+        return None
 
     backward_op = OpFromJax(
         backward_fn,
         [
             *vjp_op.input_types[:n_primals],
-            residuals.type,
+            *(r.type for r in residuals),
             *vjp_op.input_types[n_primals:],
         ],
         vjp_op.output_types,
         name=vjp_op.name,
         output_dims=vjp_op.output_dims,
     )
-    gradients = backward_op(*primals, residuals, *cotangents, return_list=True)
+    gradients = backward_op(*primals, *residuals, *cotangents, return_list=True)
     copy_stack_trace(node.outputs, gradients)
     replacements.update(zip(node.outputs, gradients))
     return replacements
