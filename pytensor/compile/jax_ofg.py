@@ -506,7 +506,19 @@ class JaxOpWrapper:
     """A JAX function made callable with PyTensor variables (see :func:`as_jax_op`).
 
     Ops are cached per call signature (static arguments and input types), so
-    equal calls give the very same op, whose jitted function is shared.
+    equal calls give the very same op, whose jitted function is shared. A
+    module-level wrapper pickles by name, like the function it replaces.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import pytensor.tensor as pt
+    >>> scale = as_jax_op(lambda x, *, k: k * x, name="scale")
+    >>> scale
+    as_jax_op(scale)
+    >>> x = pt.vector("x", shape=(2,))
+    >>> scale(x, k=2.0).owner.op is scale(x, k=2.0).owner.op
+    True
     """
 
     def __init__(

@@ -49,7 +49,26 @@ OutputDims = tuple[tuple[int | str | None, ...], ...]
 
 
 class ShapeInferenceError(ValueError):
-    """The output types of a wrapped function could not be found by tracing."""
+    """The output types of a wrapped function could not be found by tracing.
+
+    The message names the function, its input types and the shapes it was
+    traced with, and says what to do (give an operation a static size, fix
+    input shapes with ``pt.specify_shape``, or pass ``output_types=``).
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import pytensor.tensor as pt
+    >>> from pytensor.compile.jax_ofg import as_jax_op
+    >>> @as_jax_op
+    ... def positives(x):
+    ...     return x[x > 0]  # the size depends on the values
+    >>> try:
+    ...     positives(pt.vector("x", shape=(3,)))
+    ... except ShapeInferenceError as error:
+    ...     print(str(error)[:70])
+    The JAX function 'positives' called with inputs (Vector(float64, shape
+    """
 
 
 def symbol_name(input_index: int, dim: int) -> str:
