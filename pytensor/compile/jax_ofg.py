@@ -191,7 +191,9 @@ class OpFromJax(Op):
         try:
             return self._hash
         except AttributeError:
-            self._hash = super().__hash__()
+            # As the hash PyTensor derives from __props__ (which defining
+            # __hash__ here replaces).
+            self._hash = hash((type(self), self._props()))
             return self._hash
 
     def __getstate__(self) -> dict:
