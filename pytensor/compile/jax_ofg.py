@@ -103,6 +103,12 @@ class _BoundedCache:
 _JITTED = _BoundedCache(64)
 
 
+def _add_note_once(error: BaseException, note: str) -> None:
+    # JAX re-raises one cached exception for a function that fails to lower.
+    if note not in getattr(error, "__notes__", ()):
+        error.add_note(note)
+
+
 def _differentiable(tensor_type: TensorType) -> bool:
     return tensor_type.dtype.startswith(("float", "complex"))
 
@@ -290,7 +296,7 @@ class OpFromJax(Op):
             try:
                 outputs = jitted(*inputs)
             except Exception as error:
-                error.add_note(f"Raised by the JAX function wrapped in {self}.")
+                _add_note_once(error, f"Raised by the JAX function wrapped in {self}.")
                 raise
             return [np.array(output) for output in outputs]
 
@@ -600,9 +606,15 @@ class JaxOpWrapper:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._check_arguments(args, kwargs)
-        leaves, treedef = jax.tree_util.tree_flatten(
-            (args, kwargs), is_leaf=lambda x: isinstance(x, SymbolicCallable)
-        )
+        try:
+            leaves, treedef = jax.tree_util.tree_flatten(
+                (args, kwargs), is_leaf=lambda x: isinstance(x, SymbolicCallable)
+            )
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"The arguments of the JAX function {self.name!r} are not a valid "
+                f"pytree: {error} (dict keys must be sortable, e.g. all strings)."
+            ) from error
         inputs, specs = self._inputs_and_leaf_specs(leaves)
         flat = FlatJaxFunction(self.fn, treedef, specs, name=self.name)
         input_types = tuple(v.type for v in inputs)

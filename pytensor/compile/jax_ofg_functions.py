@@ -75,7 +75,7 @@ def static_key(value: Any) -> Hashable:
         return (float, value.hex())
     try:
         hash(value)
-    except TypeError:
+    except Exception:  # unhashable, or a __hash__ that fails otherwise
         return ("id", id(value))
     return (type(value), value)
 

@@ -26,6 +26,7 @@ an error here rather than a silently frozen value.
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +37,6 @@ import jax
 import numpy as np
 from jax import export as jax_export
 
-import pytensor.tensor as pt
 from pytensor.compile.jax_ofg_functions import OutputLayout, static_key
 from pytensor.tensor.type import TensorType
 
@@ -302,36 +302,55 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def _both_int(int_op: Callable, tensor_op: Callable) -> Callable:
-    """An operation on dims that stays a Python int when given Python ints."""
+# PyTensor's JAX backend keeps shape arithmetic made of + - * // static (Python
+# ints), but computes maximum, minimum, mod and power with jnp: a shape built
+# from those is traced, and an `Alloc` of it fails under the JAX linker. So
+# every dim expression is built from + - * // alone.
+_ABOVE_ANY_DIM = 2**40
 
-    def apply(a, b):
-        if isinstance(a, int) and isinstance(b, int):
-            return int_op(a, b)
-        return tensor_op(a, b)
 
-    return apply
+def _clamp_at_zero(a):
+    """``max(a, 0)`` for integers ``|a| < 2**40``, with + - * // only."""
+    if isinstance(a, int):
+        return max(a, 0)
+    return a * ((a + _ABOVE_ANY_DIM) // _ABOVE_ANY_DIM)
+
+
+def _maximum(a, b):
+    return b + _clamp_at_zero(a - b)
+
+
+def _minimum(a, b):
+    return a - _clamp_at_zero(a - b)
+
+
+def _floordiv(a, b):
+    return a // b
+
+
+def _mod(a, b):
+    return a - (a // b) * b
 
 
 def _power(a, b):
     if not isinstance(b, int) or b < 0:
         raise ValueError(f"unsupported exponent {b!r} in a symbolic dimension")
-    return a**b
+    return functools.reduce(operator.mul, [a] * b, 1)
 
 
 _BINARY = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
-    ast.FloorDiv: _both_int(operator.floordiv, pt.floor_div),
-    ast.Mod: _both_int(operator.mod, pt.mod),
+    ast.FloorDiv: _floordiv,
+    ast.Mod: _mod,
     ast.BitXor: _power,  # JAX prints squares as ``n^2``
 }
 _CALLS = {
-    "max": _both_int(max, pt.maximum),
-    "min": _both_int(min, pt.minimum),
-    "floordiv": _BINARY[ast.FloorDiv],
-    "mod": _BINARY[ast.Mod],
+    "max": _maximum,
+    "min": _minimum,
+    "floordiv": _floordiv,
+    "mod": _mod,
 }
 
 
@@ -354,7 +373,7 @@ def dim_to_tensor(expression: int | str, env: Mapping[str, Any]) -> Any:
     """
     if isinstance(expression, int):
         return expression
-    return pt.maximum(_evaluate(ast.parse(expression, mode="eval").body, env), 0)
+    return _clamp_at_zero(_evaluate(ast.parse(expression, mode="eval").body, env))
 
 
 def _evaluate_int(expression: str, env: Mapping[str, int]) -> int:

@@ -1,16 +1,23 @@
 """JAX linker: an :class:`OpFromJax` is its own inner function.
 
 No host callback and no nested ``jit``: the inner function is traced into the
-graph's single XLA computation, nested wrapped functions included.
+graph's single XLA computation, nested wrapped functions included. An error
+raised while JAX traces it is noted with the op's name (errors raised later,
+by the compiled XLA program, cannot be traced back to one op).
 """
 
-from pytensor.compile.jax_ofg import OpFromJax
+from pytensor.compile.jax_ofg import OpFromJax, _add_note_once
 from pytensor.link.jax.dispatch.basic import jax_funcify
 
 
 @jax_funcify.register(OpFromJax)
 def jax_funcify_OpFromJax(op: OpFromJax, node=None, **kwargs):
-    traced_fn = op.traced_fn
+    def traced_fn(*inputs):
+        try:
+            return op.traced_fn(*inputs)
+        except Exception as error:
+            _add_note_once(error, f"Raised while JAX traced the function in {op}.")
+            raise
 
     if len(op.output_types) == 1:
 
