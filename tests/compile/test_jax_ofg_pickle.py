@@ -184,3 +184,45 @@ def test_pymc_multiprocess_sampling():
     posterior_mean, posterior_sd = 2 * data.sum() / 41, 41**-0.5
     assert abs(draws.mean() - posterior_mean) < 0.3 * posterior_sd
     assert 0.8 < draws.std() / posterior_sd < 1.2
+
+
+def _run_pickled(payload: bytes, x: np.ndarray) -> list:
+    """Worker: unpickle a compiled function and call it."""
+    function = pickle.loads(payload)
+    return [np.asarray(value) for value in function(x)]
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver", "fork"])
+def test_compiled_function_in_worker_processes(start_method, tmp_path):
+    """Workers unpickle a compiled function and give the JAX answer.
+
+    ``fork`` is safe only before the parent has run JAX (its threads do not
+    survive a fork): the parent here only unpickles bytes and forks, which is
+    what a user must ensure; PyMC users should pass ``mp_ctx="forkserver"``.
+    """
+    x = pt.vector("x", shape=(3,))
+    out = models.powers(x, power=3)
+    cost = out["total"] + out["power"].sum()
+    f = compile_function([x], [cost, pt.grad(cost, x)], None)
+    (tmp_path / "f.pkl").write_bytes(pickle.dumps(f))
+    run_in_fresh_process(f"""
+        import multiprocessing, pickle
+        import numpy as np
+        import test_jax_ofg_pickle as here
+        if __name__ == "__main__":
+            payload = open({str(tmp_path / "f.pkl")!r}, "rb").read()
+            inputs = [np.array([0.5, -1.0, 2.0]) + i for i in range(4)]
+            context = multiprocessing.get_context({start_method!r})
+            with context.Pool(2) as pool:
+                results = pool.starmap(here._run_pickled, [(payload, x) for x in inputs])
+            np.savez({str(tmp_path / "out.npz")!r}, *[v for pair in results for v in pair])
+    """)
+    results = np.load(tmp_path / "out.npz")
+
+    def reference(v):
+        return jnp.sum(v) + jnp.sum(v**3)
+
+    for i in range(4):
+        xv = np.array([0.5, -1.0, 2.0]) + i
+        np.testing.assert_allclose(results[f"arr_{2 * i}"], reference(xv))
+        np.testing.assert_allclose(results[f"arr_{2 * i + 1}"], jax.grad(reference)(xv))
