@@ -477,17 +477,37 @@ class SymbolicCallable:
         state.pop("_call_wrapper", None)
         return state
 
+    def __getattr__(self, name: str) -> Any:
+        # Tensor attributes (PyTensor's gradient asks for `.type`, `.tag`...)
+        # get the clear message; `hasattr` stays False.
+        if name in _TENSOR_ATTRIBUTES:
+            raise _NotATensorError(_not_a_tensor_message(self))
+        raise AttributeError(name)
+
+
+class _NotATensorError(TypeError, AttributeError):
+    """A symbolic callable was used where PyTensor expects a tensor."""
+
+
+_TENSOR_ATTRIBUTES = frozenset(
+    {"type", "tag", "owner", "ndim", "dtype", "shape", "broadcastable", "index"}
+)
+
+
+def _not_a_tensor_message(x: SymbolicCallable) -> str:
+    return (
+        f"{x!r} is a function, not a tensor: it cannot be used in a PyTensor "
+        "expression. Call it with tensors (`f(t)`) to get a tensor, or pass it "
+        "as an argument to another function wrapped with `as_jax_op`."
+    )
+
 
 def _call_symbolic(function: Callable, *args: Any, **kwargs: Any) -> Any:
     return function(*args, **kwargs)
 
 
 def _not_a_tensor(x: SymbolicCallable, *args, **kwargs):
-    raise TypeError(
-        f"{x!r} is a function, not a tensor: it cannot be used in a PyTensor "
-        "expression. Call it with tensors (`f(t)`) to get a tensor, or pass it "
-        "as an argument to another function wrapped with `as_jax_op`."
-    )
+    raise TypeError(_not_a_tensor_message(x))
 
 
 _as_tensor_variable.register(SymbolicCallable)(_not_a_tensor)
@@ -607,9 +627,15 @@ class JaxOpWrapper:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._check_arguments(args, kwargs)
         try:
-            leaves, treedef = jax.tree_util.tree_flatten(
-                (args, kwargs), is_leaf=lambda x: isinstance(x, SymbolicCallable)
-            )
+            # SymbolicCallable is no pytree node, so it is a leaf. (An
+            # `is_leaf` callback would make a too-deep pytree break the
+            # interpreter instead of raising RecursionError.)
+            leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        except (RecursionError, SystemError) as error:  # C-level recursion
+            raise TypeError(
+                f"The arguments of the JAX function {self.name!r} are nested too "
+                "deeply to flatten; pass a flatter pytree."
+            ) from error
         except (TypeError, ValueError) as error:
             raise TypeError(
                 f"The arguments of the JAX function {self.name!r} are not a valid "

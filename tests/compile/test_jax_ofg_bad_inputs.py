@@ -424,12 +424,6 @@ def test_symbolic_callable_as_a_function_input_is_rejected():
         pytensor.function([f], pt.vector("x"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pt.grad with a symbolic callable (as cost or as wrt) fails with "
-    "AttributeError \"'SymbolicCallable' object has no attribute 'tag'\" (or "
-    "'type'), not the clear 'is a function, not a tensor' TypeError.",
-)
 def test_gradient_with_a_symbolic_callable_is_a_clear_error():
     f = line(pt.scalar("slope"))
     x = pt.vector("x", shape=(3,))
@@ -611,14 +605,6 @@ sys.path.insert(0, {str(HERE)!r})
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="An argument pytree nested deeper than CPython's C recursion limit "
-    "(~1500 levels in 3.12) makes `jax.tree_util.tree_flatten(..., is_leaf=...)` "
-    "in JaxOpWrapper.__call__ raise a bare RecursionError and leave the "
-    "interpreter broken: later C-level calls (building a pt.vector) raise "
-    "RecursionError too, and shutdown prints 'Exception ignored' tracebacks.",
-)
 def test_pytree_deeper_than_the_recursion_limit_is_a_clear_error():
     result = run_in_fresh_process(DEEP_SCRIPT.replace("DEPTH", "5000"))
     lines = result.stdout.splitlines()
