@@ -613,8 +613,12 @@ def test_pytree_deeper_than_the_recursion_limit_is_a_clear_error():
     assert len(lines) == 2, result.stdout
     for kind, line in zip(("list", "dict"), lines):
         assert line.startswith(kind) and line.endswith("| healthy")
-        assert "TypeError: The arguments of the JAX function 'bottom'" in line
-        assert "nested too deeply" in line
+        # Python 3.13's C stack allows deeper pytrees: then it simply works.
+        if "built:" in line:
+            assert "built: [2. 2. 2.]" in line
+        else:
+            assert "TypeError: The arguments of the JAX function 'bottom'" in line
+            assert "nested too deeply" in line
 
 
 # ===================================== non-array outputs and output dtypes
