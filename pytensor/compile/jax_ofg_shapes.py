@@ -76,6 +76,26 @@ def symbol_name(input_index: int, dim: int) -> str:
     return f"s{input_index}_{dim}"
 
 
+def symbolic_shapes(shapes: Sequence[tuple]) -> list[tuple]:
+    """The shapes with every unknown (None) dim a JAX symbol named by :func:`symbol_name`."""
+    unknown = [
+        (i, j) for i, s in enumerate(shapes) for j, d in enumerate(s) if d is None
+    ]
+    if not unknown:
+        return [tuple(shape) for shape in shapes]
+    names = ", ".join(symbol_name(i, j) for i, j in unknown)
+    symbol_of = dict(zip(unknown, jax_export.symbolic_shape(names)))
+    return [
+        tuple(symbol_of.get((i, j), d) for j, d in enumerate(shape))
+        for i, shape in enumerate(shapes)
+    ]
+
+
+def stand_in_shapes(shapes: Sequence[tuple], size: int) -> list[tuple]:
+    """The shapes with every unknown (None) dim set to ``size``."""
+    return [tuple(size if d is None else d for d in shape) for shape in shapes]
+
+
 _SYMBOL = re.compile(r"\bs(\d+)_(\d+)\b")
 
 
@@ -176,16 +196,8 @@ def trace_output_types(
         dims = tuple(tuple(int(d) for d in out.shape) for out in outputs)
         return _result(outputs, layout, dims)
 
-    symbols = jax_export.symbolic_shape(
-        ", ".join(symbol_name(i, j) for i, j in unknown)
-    )
-    symbol_of = dict(zip(unknown, symbols))
-    symbolic_shapes = [
-        tuple(symbol_of.get((i, j), dim) for j, dim in enumerate(shape))
-        for i, shape in enumerate(known_shapes)
-    ]
     try:
-        outputs, layout = _eval_shape(trace, symbolic_shapes, dtypes)
+        outputs, layout = _eval_shape(trace, symbolic_shapes(known_shapes), dtypes)
     except Exception as error:
         # JAX code that needs concrete sizes: fall back to stand-in sizes.
         symbolic_error = error
@@ -197,10 +209,7 @@ def trace_output_types(
 
     traces, errors = [], []
     for size in STAND_IN_SIZES:
-        shapes = [
-            tuple(size if dim is None else dim for dim in shape)
-            for shape in known_shapes
-        ]
+        shapes = stand_in_shapes(known_shapes, size)
         try:
             traces.append(_eval_shape(trace, shapes, dtypes))
         except Exception as error:

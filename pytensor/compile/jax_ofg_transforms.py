@@ -31,7 +31,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from pytensor.compile.jax_ofg_functions import ArrayTuple, InnerFunction
-from pytensor.compile.jax_ofg_shapes import STAND_IN_SIZES, symbol_name
+from pytensor.compile.jax_ofg_shapes import (
+    STAND_IN_SIZES,
+    stand_in_shapes,
+    symbolic_shapes,
+)
 
 
 def _merge(
@@ -136,32 +140,9 @@ def residual_dtypes(
     Unknown dims (None) are traced as symbolic dims, else with stand-in
     sizes; raises the tracing error when every attempt fails.
     """
-    unknown = [
-        (i, j)
-        for i, shape in enumerate(input_shapes)
-        for j, d in enumerate(shape)
-        if d is None
-    ]
-    attempts = [[tuple(shape) for shape in input_shapes]]
-    if unknown:
-        symbols = dict(
-            zip(
-                unknown,
-                jax.export.symbolic_shape(
-                    ", ".join(symbol_name(i, j) for i, j in unknown)
-                ),
-            )
-        )
-        attempts = [
-            [
-                tuple(symbols.get((i, j), d) for j, d in enumerate(shape))
-                for i, shape in enumerate(input_shapes)
-            ],
-            *(
-                [tuple(size if d is None else d for d in s) for s in input_shapes]
-                for size in STAND_IN_SIZES
-            ),
-        ]
+    attempts = [symbolic_shapes(input_shapes)]
+    if any(None in shape for shape in input_shapes):
+        attempts += [stand_in_shapes(input_shapes, size) for size in STAND_IN_SIZES]
     for shapes in attempts:
         specs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, input_dtypes)]
         try:
