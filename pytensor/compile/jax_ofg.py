@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,6 +52,7 @@ from pytensor.compile.jax_ofg_functions import (
     as_tuple_function,
     shadowing_wrapper_name,
 )
+from pytensor.compile.jax_ofg_host import BoundedCache, JaxHostOp
 from pytensor.compile.jax_ofg_shapes import (
     OutputDims,
     ShapeInferenceError,
@@ -64,7 +63,7 @@ from pytensor.compile.jax_ofg_shapes import (
 from pytensor.compile.jax_ofg_transforms import JVPFunction, VJPFunction
 from pytensor.gradient import DisconnectedType, disconnected_type
 from pytensor.graph.basic import Apply, Variable
-from pytensor.graph.op import Op, is_thunk_type
+from pytensor.graph.op import Op
 from pytensor.tensor.basic import _as_tensor_variable, infer_static_shape
 from pytensor.tensor.exceptions import ShapeError
 from pytensor.tensor.type import TensorType
@@ -72,41 +71,6 @@ from pytensor.tensor.variable import TensorVariable
 
 
 __all__ = ["OpFromJax", "ShapeInferenceError", "SymbolicCallable", "as_jax_op"]
-
-
-class _BoundedCache:
-    """A thread-safe LRU mapping; values are built on a miss."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self._entries: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Any, build: Callable[[], Any]) -> Any:
-        with self._lock:
-            value = self._entries.get(key)
-            if value is not None:
-                self._entries.move_to_end(key)
-                return value
-        value = build()
-        with self._lock:
-            value = self._entries.setdefault(key, value)
-            if len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-        return value
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-#: Jitted inner functions of recently used ops (see :attr:`OpFromJax.jitted`).
-_JITTED = _BoundedCache(64)
-
-
-def _add_note_once(error: BaseException, note: str) -> None:
-    # JAX re-raises one cached exception for a function that fails to lower.
-    if note not in getattr(error, "__notes__", ()):
-        error.add_note(note)
 
 
 def _differentiable(tensor_type: TensorType) -> bool:
@@ -121,7 +85,7 @@ def _describe_types(types: Sequence[TensorType]) -> str:
     return ", ".join(str(t) for t in types)
 
 
-class OpFromJax(Op):
+class OpFromJax(JaxHostOp, Op):
     """An Op whose computation is a JAX function of flat arrays.
 
     Parameters
@@ -273,60 +237,11 @@ class OpFromJax(Op):
                 )
         return outputs
 
-    @property
-    def jitted(self) -> Callable:
-        """``jax.jit`` of :meth:`traced_fn`, shared by equal ops.
+    def jax_callable(self) -> Callable[..., tuple]:
+        return self.traced_fn
 
-        Kept in a bounded cache, not on the op: PyTensor's rewriters keep
-        every op they have seen, and a jitted function holds its compiled
-        executables. Compiled PyTensor functions hold their own reference.
-        """
-        return _JITTED.get(self, lambda: jax.jit(self.traced_fn))
-
-    def host_function(self) -> Callable[..., list[np.ndarray]]:
-        """The jitted function on host arrays, returning owned, writeable arrays.
-
-        JAX buffers are read-only and may alias inputs or constants, so every
-        output is copied: a downstream in-place op may write into it. Thunks
-        (Python, C VM and Numba linkers) hold this function for their lifetime.
-        """
-        jitted = self.jitted
-
-        def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
-            try:
-                outputs = jitted(*inputs)
-            except Exception as error:
-                _add_note_once(error, f"Raised by the JAX function wrapped in {self}.")
-                raise
-            return [np.array(output) for output in outputs]
-
-        return host_call
-
-    def host_call(self, *inputs: np.ndarray) -> list[np.ndarray]:
-        """Run the jitted function once (see :meth:`host_function`)."""
-        return self.host_function()(*inputs)
-
-    def perform(self, node: Apply, inputs: Sequence[Any], output_storage) -> None:
-        for storage, value in zip(output_storage, self.host_call(*inputs)):
-            storage[0] = value
-
-    def make_py_thunk(self, node, storage_map, compute_map, no_recycling, debug=False):
-        # As Op.make_py_thunk, with the host function looked up once, here.
-        host_call = self.host_function()
-        inputs = [storage_map[v] for v in node.inputs]
-        outputs = [storage_map[v] for v in node.outputs]
-        computed = [compute_map[v] for v in node.outputs] if compute_map else []
-
-        @is_thunk_type
-        def thunk():
-            for storage, value in zip(outputs, host_call(*[s[0] for s in inputs])):
-                storage[0] = value
-            for flag in computed:
-                flag[0] = True
-
-        thunk.inputs, thunk.outputs, thunk.lazy = inputs, outputs, False
-        thunk.perform = self.perform
-        return thunk
+    def error_note(self) -> str:
+        return f"Raised by the JAX function wrapped in {self}."
 
     # ------------------------------------------------------------------ shapes
     def infer_shape(self, node: Apply, input_shapes) -> list:
@@ -560,7 +475,7 @@ class JaxOpWrapper:
         self.fn = fn
         self.name = name or getattr(fn, "__name__", None) or "jax_function"
         self.output_types = output_types
-        self._ops = _BoundedCache(256)
+        self._ops = BoundedCache(256)
 
     @property
     def cache_size(self) -> int:
@@ -586,7 +501,7 @@ class JaxOpWrapper:
         return state
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _ops=_BoundedCache(state["_ops"]))
+        self.__dict__.update(state, _ops=BoundedCache(state["_ops"]))
 
     def _check_arguments(self, args: tuple, kwargs: dict) -> None:
         try:
@@ -803,7 +718,8 @@ def as_jax_op(
 # so the setting below wins.
 import pytensor.link.jax.dispatch.jax_ofg  # noqa: E402
 import pytensor.link.numba.dispatch.jax_ofg  # noqa: E402
-import pytensor.tensor.rewriting.jax_ofg  # noqa: E402, F401
+import pytensor.tensor.rewriting.jax_ofg  # noqa: E402
+import pytensor.tensor.rewriting.jax_ofg_islands  # noqa: E402, F401
 
 
 # PyTensor types carry explicit dtypes: without x64, JAX would silently turn

@@ -191,6 +191,14 @@ def unpack_residuals(
     return leaves
 
 
+def _fits(vectors: Sequence[Any], dtypes: Sequence[str], like: Sequence[Any]) -> bool:
+    """Whether the residual ``vectors`` have the sizes the leaves ``like`` need."""
+    sizes = dict.fromkeys(dtypes, 0)
+    for leaf in like:
+        sizes[np.dtype(leaf.dtype).name] += math.prod(leaf.shape)
+    return all(v.shape[0] == sizes[d] for v, d in zip(vectors, dtypes))
+
+
 @dataclass(frozen=True)
 class VJPForward(InnerFunction):
     """``forward``'s outputs, then its VJP residuals: one vector per dtype."""
@@ -209,6 +217,12 @@ class VJPForward(InnerFunction):
         )
 
     def __call__(self, *primals: Any) -> ArrayTuple:
+        if jax.config.jax_disable_jit:
+            # Run eagerly, jax.vjp keeps other residuals than it does when
+            # traced (a `lax.cond` runs one branch): hand on none, and let
+            # VJPFromResiduals recompute them.
+            empty = (jnp.zeros((0,), dtype) for dtype in self.residual_dtypes)
+            return (*self.forward(*primals), *empty)
         outputs, pullback = _vjp(
             self.forward, self.wrt, self.cotangent_outputs, primals
         )
@@ -235,6 +249,9 @@ class VJPFromResiduals(InnerFunction):
         vectors = args[n_primals : n_primals + n_vectors]
         cotangents = args[n_primals + n_vectors :]
         like, treedef = jax.tree_util.tree_flatten(_abstract_pullback(vjp, primals))
+        if not _fits(vectors, self.residual_dtypes, like):
+            # Not the traced layout (VJPForward ran under `jax.disable_jit`).
+            return vjp(*primals, *cotangents)
         residuals = unpack_residuals(vectors, self.residual_dtypes, like)
         pullback = jax.tree_util.tree_unflatten(treedef, residuals)
         return tuple(pullback(_cast_cotangents(cotangents, vjp.cotangent_dtypes)))

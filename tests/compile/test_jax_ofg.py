@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _linkers import LINKER_MODES, compile_function
+from _linkers import LINKER_MODES, compile_function, jax_op_nodes
 
 import pytensor
 import pytensor.tensor as pt
@@ -42,8 +42,7 @@ def model_inputs():
 
 def only_op(fn):
     """The single OpFromJax node of a compiled function's graph."""
-    nodes = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, OpFromJax)]
-    return nodes
+    return jax_op_nodes(fn)
 
 
 # --------------------------------------------------------------------- values

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _linkers import compile_function
+from _linkers import compile_function, jax_op_nodes
 
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
@@ -40,7 +40,7 @@ class BodyCounter:
 
 
 def jax_ops(f) -> list[OpFromJax]:
-    return [n.op for n in f.maker.fgraph.apply_nodes if isinstance(n.op, OpFromJax)]
+    return [n.op for n in jax_op_nodes(f)]
 
 
 def make_model(counter):

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _linkers import compile_function
+from _linkers import compile_function, compiled_nodes
 
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
@@ -20,7 +20,7 @@ def weighted(x, w):
 
 
 def ops_in(f) -> list:
-    return [node.op for node in f.maker.fgraph.apply_nodes]
+    return [node.op for node in compiled_nodes(f)]
 
 
 def assert_one_vmapped_op(f):

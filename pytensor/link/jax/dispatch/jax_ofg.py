@@ -6,7 +6,8 @@ raised while JAX traces it is noted with the op's name (errors raised later,
 by the compiled XLA program, cannot be traced back to one op).
 """
 
-from pytensor.compile.jax_ofg import OpFromJax, _add_note_once
+from pytensor.compile.jax_ofg import OpFromJax
+from pytensor.compile.jax_ofg_host import TRACED_FUNCTION_NOTE, add_note_once
 from pytensor.link.jax.dispatch.basic import jax_funcify
 
 
@@ -16,7 +17,7 @@ def jax_funcify_OpFromJax(op: OpFromJax, node=None, **kwargs):
         try:
             return op.traced_fn(*inputs)
         except Exception as error:
-            _add_note_once(error, f"Raised while JAX traced the function in {op}.")
+            add_note_once(error, f"{TRACED_FUNCTION_NOTE}{op}.")
             raise
 
     if len(op.output_types) == 1:

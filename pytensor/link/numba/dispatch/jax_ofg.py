@@ -1,14 +1,17 @@
-"""Numba linker: an :class:`OpFromJax` calls its jitted JAX function in object mode.
+"""Numba linker: ops holding a JAX computation call their jitted function in object mode.
 
-PyTensor's generic fallback would do the same through ``perform`` and warn at
-every compile; this enters object mode once per call and goes straight to the
-op's :meth:`~OpFromJax.host_function`, looked up once when compiling. The result cannot be cached on disk by
+:class:`~pytensor.compile.jax_ofg.OpFromJax` and
+:class:`~pytensor.compile.jax_ofg_island.JaxIsland` enter object mode once per
+call and go straight to the op's
+:meth:`~pytensor.compile.jax_ofg_host.JaxHostOp.host_function`, looked up once
+when compiling. PyTensor's generic fallback would do the same through
+``perform`` and warn at every compile. The result cannot be cached on disk by
 Numba (it holds a Python callable), hence the ``None`` cache key.
 """
 
 import numba
 
-from pytensor.compile.jax_ofg import OpFromJax
+from pytensor.compile.jax_ofg_host import JaxHostOp
 from pytensor.link.numba.dispatch.basic import (
     get_numba_type,
     numba_njit,
@@ -16,8 +19,10 @@ from pytensor.link.numba.dispatch.basic import (
 )
 
 
-@register_funcify_and_cache_key(OpFromJax)
-def numba_funcify_OpFromJax(op: OpFromJax, node=None, **kwargs):
+# JaxHostOp is a mixin: this covers OpFromJax and JaxIsland, and wins over
+# OpFromGraph's dispatch, which comes later in JaxIsland's MRO.
+@register_funcify_and_cache_key(JaxHostOp)
+def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
     output_types = [get_numba_type(out.type) for out in node.outputs]
     host_call = op.host_function()
 

@@ -1,0 +1,184 @@
+"""A JAX island: a connected part of a PyTensor graph run as one XLA program.
+
+Under the Python, C VM and Numba linkers every :class:`~pytensor.compile.jax_ofg.OpFromJax`
+is its own XLA program, and the PyTensor nodes between them (a likelihood
+computed from an ODE trajectory, its gradient) run outside XLA. The
+``jax_islands`` rewrite (:mod:`pytensor.tensor.rewriting.jax_ofg_islands`)
+groups such a part into one :class:`JaxIsland`: an
+:class:`~pytensor.compile.builders.OpFromGraph` whose inner graph is run
+through ``jax.jit`` of PyTensor's own JAX lowering (``jax_funcify``), the same
+code ``mode="JAX"`` runs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pytensor.compile.builders import FinalizedOpFromGraph, construct_nominal_fgraph
+from pytensor.compile.jax_ofg_host import TRACED_FUNCTION_NOTE, JaxHostOp
+from pytensor.compile.mode import get_default_mode, optdb
+from pytensor.graph.basic import Variable
+
+
+__all__ = ["JaxIsland", "JaxIslandFallbackWarning"]
+
+#: The rewrite's name: ``mode.excluding(ISLANDS_REWRITE)`` turns islands off.
+ISLANDS_REWRITE = "jax_islands"
+
+#: PyTensor's own preparation of a graph for its JAX lowering (registered
+#: under the "jax" tag, which only ``mode="JAX"`` includes): shape arguments
+#: as static tuples, boolean indexing JAX can trace.
+_JAX_LOWERING_REWRITES = (
+    "jax_shape_parameter_as_tuple",
+    "jax_boolean_indexing_set_or_inc",
+    "jax_boolean_indexing_sum",
+)
+
+
+class JaxIslandFallbackWarning(UserWarning):
+    """An island could not be traced by JAX and runs through PyTensor instead."""
+
+
+class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
+    """A PyTensor subgraph holding wrapped JAX functions, run as one XLA program.
+
+    Built by the ``jax_islands`` rewrite, never by hand. Its inner graph holds
+    one or more :class:`~pytensor.compile.jax_ofg.OpFromJax` nodes and the
+    PyTensor nodes around them that PyTensor's JAX backend lowers; the host
+    linkers call ``jax.jit`` of that lowering once per evaluation, so values
+    flowing between the nodes never leave XLA.
+
+    Parameters
+    ----------
+    inputs, outputs
+        The boundary of the subgraph in the outer graph.
+    """
+
+    def __init__(self, inputs: Sequence[Variable], outputs: Sequence[Variable]):
+        inner = construct_nominal_fgraph(list(inputs), list(outputs))
+        for name in _JAX_LOWERING_REWRITES:
+            optdb[name].rewrite(inner)
+        super().__init__(
+            list(inputs), list(outputs), fgraph=inner.freeze(), name="JaxIsland"
+        )
+
+    # ----------------------------------------------------------- readability
+    def wrapped_functions(self) -> list[str]:
+        """The names of the wrapped JAX functions inside, in graph order."""
+        from pytensor.compile.jax_ofg import OpFromJax  # which imports this module
+
+        return [
+            node.op.describe()
+            for node in self.fgraph.toposort()
+            if isinstance(node.op, OpFromJax)
+        ]
+
+    def __str__(self) -> str:
+        functions = self.wrapped_functions()
+        others = len(self.fgraph.apply_nodes) - len(functions)
+        return f"JaxIsland{{{', '.join(functions)}, +{others} PyTensor nodes}}"
+
+    def error_note(self) -> str:
+        return f"Raised by {self} (the rewrite `jax_islands`)."
+
+    # --------------------------------------------------------------- running
+    def jax_callable(self) -> Callable[..., tuple]:
+        from pytensor.link.jax.dispatch import jax_funcify
+
+        inner = jax_funcify(self.fgraph, fgraph_name="jax_island")
+        output_types = self.output_types
+
+        def jax_island(*inputs: Any) -> tuple:
+            outputs = inner(*inputs)
+            checked = []
+            for k, (output, expected) in enumerate(zip(outputs, output_types)):
+                output = jnp.asarray(output, dtype=expected.dtype)
+                if output.ndim != expected.ndim:
+                    raise TypeError(
+                        f"{self}: PyTensor's JAX lowering gave output {k} the shape "
+                        f"{output.shape}, but its type is {expected}."
+                    )
+                checked.append(output)
+            return tuple(checked)
+
+        return jax_island
+
+    def host_function(self) -> Callable[..., list[np.ndarray]]:
+        """As :meth:`JaxHostOp.host_function`, with a PyTensor fallback.
+
+        PyTensor's JAX lowering cannot trace every graph it can build (shapes
+        computed at run time, for one). When tracing the island fails for a
+        reason that is not a wrapped function's own error, the island warns
+        once and runs its inner graph through PyTensor from then on: slower,
+        never wrong.
+        """
+        fallback: Callable | None = None
+        try:
+            jax_call = super().host_function()
+        except NotImplementedError as error:  # no JAX lowering after all
+            fallback = self._fallback(error)
+
+        def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
+            nonlocal fallback
+            if fallback is None:
+                try:
+                    return jax_call(*inputs)
+                except Exception as error:
+                    if not _island_could_not_trace(error):
+                        raise
+                    fallback = self._fallback(error)
+            return fallback(*inputs)
+
+        return host_call
+
+    def _fallback(self, error: Exception) -> Callable[..., list[np.ndarray]]:
+        import pytensor
+
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        warnings.warn(
+            f"{self} could not be traced by JAX ({type(error).__name__}: "
+            f"{first_line}); its nodes run through PyTensor instead, each wrapped "
+            "function as its own XLA program. Exclude the rewrite with "
+            f"`mode.excluding({ISLANDS_REWRITE!r})` to skip islands.",
+            JaxIslandFallbackWarning,
+            stacklevel=3,
+        )
+        inner = self.fgraph.unfreeze()
+        function = pytensor.function(
+            list(inner.inputs),
+            list(inner.outputs),
+            mode=get_default_mode().excluding(ISLANDS_REWRITE),
+            on_unused_input="ignore",
+        )
+        function.trust_input = True
+
+        def run(*inputs: np.ndarray) -> list[np.ndarray]:
+            return list(function(*inputs))
+
+        return run
+
+    # ---------------------------------------------------------------- shapes
+    def infer_shape(self, node, input_shapes) -> list:
+        # Static dims, else the computed output's: never a shape graph that
+        # would run part of the island outside it.
+        return [
+            tuple(
+                d if d is not None else out.shape[i]
+                for i, d in enumerate(out.type.shape)
+            )
+            for out in node.outputs
+        ]
+
+
+def _island_could_not_trace(error: Exception) -> bool:
+    """Whether ``error`` is the island's tracing failure, not the user's error."""
+    if isinstance(error, jax.errors.JaxRuntimeError):
+        return False  # raised by the running XLA program
+    notes = getattr(error, "__notes__", ())
+    return not any(note.startswith(TRACED_FUNCTION_NOTE) for note in notes)

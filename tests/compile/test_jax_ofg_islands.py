@@ -1,0 +1,500 @@
+"""JAX islands: the connected JAX part of a graph runs as one XLA program.
+
+Under the host linkers (Python, C VM, Numba and the default mode) the
+``jax_islands`` rewrite groups wrapped JAX functions and the PyTensor nodes
+around them that PyTensor's JAX backend lowers into one ``JaxIsland``.
+"""
+
+import pickle
+import threading
+import warnings
+
+import _jax_ofg_models as models
+import jax
+import jax.numpy as jnp
+import numba
+import numpy as np
+import nutpie
+import pymc as pm
+import pytest
+from _linkers import compile_function, jax_op_nodes, without_islands
+from test_jax_ofg_fusion import BodyCounter
+from test_jax_ofg_pickle import run_in_fresh_process
+
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.io import In
+from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
+from pytensor.compile.jax_ofg_host import JaxHostOp
+from pytensor.compile.jax_ofg_island import JaxIsland, JaxIslandFallbackWarning
+from pytensor.compile.mode import Mode, get_mode
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from pytensor.link.numba.dispatch import numba_funcify
+from pytensor.raise_op import Assert
+from pytensor.scalar import add as scalar_add
+from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.rewriting.jax_ofg_islands import find_islands, joins_islands
+
+
+#: The host linkers, where islands form: (id, mode).
+ISLAND_MODES = [
+    ("py", Mode(linker="py", optimizer="fast_run")),
+    ("cvm", "CVM"),
+    ("numba", "NUMBA"),
+    ("default", None),
+]
+
+
+@pytest.fixture(params=[m for _, m in ISLAND_MODES], ids=[i for i, _ in ISLAND_MODES])
+def island_mode(request):
+    return request.param
+
+
+def islands(f) -> list[JaxIsland]:
+    return [n.op for n in f.maker.fgraph.toposort() if isinstance(n.op, JaxIsland)]
+
+
+def outer_ops(f) -> list[Op]:
+    return [n.op for n in f.maker.fgraph.toposort()]
+
+
+@as_jax_op
+def trajectory(theta, t):
+    return jnp.exp(-theta[0] * t) * jnp.cos(theta[1] * t)
+
+
+TIMES = np.linspace(0.0, 3.0, 12)
+OBSERVED = np.exp(-0.7 * TIMES) * np.cos(1.3 * TIMES) + 0.01 * np.sin(7 * TIMES)
+
+
+def likelihood_graph():
+    """A PyMC-style cost: the likelihood is computed in PyTensor from the op."""
+    theta = pt.vector("theta", shape=(2,))
+    mu = trajectory(theta, TIMES)
+    logp = -0.5 * pt.sum(((OBSERVED - mu) / 0.05) ** 2) - pt.sum(theta**2)
+    return theta, logp
+
+
+def reference_logp(theta):
+    mu = trajectory.__wrapped__(theta, TIMES)
+    return -0.5 * jnp.sum(((OBSERVED - mu) / 0.05) ** 2) - jnp.sum(theta**2)
+
+
+THETA = np.array([0.6, 1.2])
+
+
+class HostCalls:
+    """Counts calls from the host into JAX: every one goes through a host function."""
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        make_host_function = JaxHostOp.host_function
+
+        def counting_host_function(op):
+            call = make_host_function(op)
+
+            def host_call(*inputs):
+                self.count += 1
+                return call(*inputs)
+
+            return host_call
+
+        for cls in (OpFromJax, JaxIsland):
+            monkeypatch.setattr(cls, "host_function", counting_host_function)
+
+
+# ============================================================ same results
+def test_likelihood_and_gradient_are_one_island(island_mode, monkeypatch):
+    calls = HostCalls(monkeypatch)
+    theta, logp = likelihood_graph()
+    outputs = [logp, pt.grad(logp, theta)]
+    f = compile_function([theta], outputs, island_mode)
+    (island,) = islands(f)
+    assert not any(isinstance(op, OpFromJax) for op in outer_ops(f))
+    assert [n.op.name for n in island.fgraph.toposort() if isinstance(n.op, OpFromJax)]
+
+    value, gradient = f(THETA)
+    calls.count = 0
+    f(THETA)
+    assert calls.count == 1
+
+    want_value, want_gradient = jax.value_and_grad(reference_logp)(THETA)
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    np.testing.assert_allclose(gradient, want_gradient, rtol=1e-10)
+    for other_mode in (without_islands(island_mode), "JAX"):
+        other = compile_function([theta], outputs, other_mode)
+        assert not islands(other)
+        for got, want in zip(f(THETA), other(THETA)):
+            np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def test_pymc_logp_dlogp_is_one_xla_program(monkeypatch):
+    """The issue's scenario: an SIR model with a NB likelihood, PyMC's default mode."""
+    calls = HostCalls(monkeypatch)
+    model = models.sir_model()
+    point = model.initial_point()
+    x = np.concatenate([np.ravel(v) for v in point.values()])
+
+    def logp_dlogp(mode):
+        f = model.logp_dlogp_function(ravel_inputs=True, mode=mode)
+        return f._pytensor_function
+
+    default = logp_dlogp(None)
+    assert len(islands(default)) == 1
+    assert not any(isinstance(op, OpFromJax) for op in outer_ops(default))
+    value, gradient = default(x)
+    calls.count = 0
+    default(x)
+    assert calls.count == 1  # one XLA program launch per logp_dlogp call
+
+    for mode in (get_mode("NUMBA").excluding("jax_islands"), "JAX"):
+        other_value, other_gradient = logp_dlogp(mode)(x)
+        np.testing.assert_allclose(value, other_value, rtol=1e-10)
+        np.testing.assert_allclose(gradient, other_gradient, rtol=1e-10)
+    assert np.isfinite(value) and np.all(np.isfinite(gradient))
+
+
+def test_value_only_and_gradient_only(island_mode):
+    theta, logp = likelihood_graph()
+    value_only = compile_function([theta], logp, island_mode)
+    gradient_only = compile_function([theta], pt.grad(logp, theta), island_mode)
+    assert len(islands(value_only)) == len(islands(gradient_only)) == 1
+    want_value, want_gradient = jax.value_and_grad(reference_logp)(THETA)
+    np.testing.assert_allclose(value_only(THETA), want_value, rtol=1e-12)
+    np.testing.assert_allclose(gradient_only(THETA), want_gradient, rtol=1e-10)
+
+
+def test_a_lone_op_is_no_island(island_mode):
+    theta = pt.vector("theta", shape=(2,))
+    f = compile_function([theta], trajectory(theta, TIMES), island_mode)
+    assert not islands(f)
+    assert len(jax_op_nodes(f)) == 1
+
+
+# ==================================================== never wrong to include
+class HostOnly(Op):
+    """Doubles its input; has no JAX lowering (so it must stay outside)."""
+
+    __props__ = ()
+
+    def make_node(self, x):
+        x = pt.as_tensor_variable(x)
+        return Apply(self, [x], [x.type()])
+
+    def perform(self, node, inputs, outputs):
+        outputs[0][0] = 2.0 * inputs[0]
+
+    def pullback(self, inputs, outputs, cotangents):
+        return [HostOnly()(cotangents[0])]
+
+
+@numba_funcify.register(HostOnly)
+def _numba_host_only(op, node=None, **kwargs):
+    @numba.njit
+    def host_only(x):
+        return 2.0 * x
+
+    return host_only
+
+
+@as_jax_op
+def sine(x):
+    return jnp.sin(x)
+
+
+@as_jax_op
+def total(x):
+    return jnp.sum(x**3)
+
+
+def test_a_node_without_jax_lowering_splits_the_island(island_mode):
+    """f -> exp -> host_only -> add <- exp: one island over all would be a cycle."""
+    x = pt.vector("x", shape=(4,))
+    a = pt.exp(sine(x))
+    b = HostOnly()(a)
+    cost = total(a + b)
+    f = compile_function([x], [cost, pt.grad(cost, x)], island_mode)
+    assert any(isinstance(op, HostOnly) for op in outer_ops(f))
+    found = islands(f)
+    assert len(found) >= 2
+    for island in found:  # nothing inside that has no JAX lowering
+        assert not any(isinstance(n.op, HostOnly) for n in island.fgraph.apply_nodes)
+
+    def reference(xv):
+        av = jnp.exp(jnp.sin(xv))
+        return jnp.sum((3 * av) ** 3)
+
+    xv = np.linspace(-1.0, 1.0, 4)
+    value, gradient = f(xv)
+    np.testing.assert_allclose(value, reference(xv), rtol=1e-12)
+    np.testing.assert_allclose(gradient, jax.grad(reference)(xv), rtol=1e-10)
+
+
+def test_the_residual_route_remains_between_islands(island_mode):
+    """A host-only node between the value and the gradient: one forward pass still."""
+    counter = BodyCounter()
+
+    @as_jax_op
+    def path(x):
+        counter.tick()
+        return jnp.cumsum(jnp.sin(x))
+
+    x = pt.vector("x", shape=(5,))
+    cost = pt.sum(HostOnly()(pt.exp(path(x))))
+    f = compile_function([x], [cost, pt.grad(cost, x)], island_mode)
+    names = sorted(n.op.name for n in jax_op_nodes(f))
+    assert names == ["path+residuals", "vjp(path)"]
+    xv = np.linspace(0.1, 0.5, 5)
+    runs, (value, gradient) = counter.runs(f, xv)
+    assert runs == 1
+
+    def reference(xv):
+        return jnp.sum(2.0 * jnp.exp(jnp.cumsum(jnp.sin(xv))))
+
+    np.testing.assert_allclose(value, reference(xv), rtol=1e-12)
+    np.testing.assert_allclose(gradient, jax.grad(reference)(xv), rtol=1e-10)
+
+
+def test_random_variables_stay_outside(island_mode):
+    x = pt.vector("x", shape=(3,))
+    rng = pytensor.shared(np.random.default_rng(3))
+    next_rng, noise = pt.random.normal(size=(3,), rng=rng, return_next_rng=True)
+    out = pt.exp(sine(x)) + noise
+    f = compile_function([x], [out, noise], island_mode, updates={rng: next_rng})
+    for island in islands(f):
+        assert not any(
+            isinstance(n.op, pt.random.basic.NormalRV)
+            for n in island.fgraph.apply_nodes
+        )
+    xv = np.array([0.1, 0.2, 0.3])
+    first, first_noise = f(xv)
+    second, second_noise = f(xv)
+    assert not np.allclose(first_noise, second_noise)  # the RNG moved on
+    for value, drawn in ((first, first_noise), (second, second_noise)):
+        np.testing.assert_allclose(value - drawn, np.exp(np.sin(xv)), rtol=1e-12)
+
+
+def test_assertions_stay_outside_and_still_raise(island_mode):
+    x = pt.vector("x", shape=(3,))
+    checked = Assert("x must be positive")(sine(x), pt.all(x > 0))
+    f = compile_function([x], pt.exp(checked).sum(), island_mode)
+    assert any(isinstance(op, Assert) for op in outer_ops(f))
+    np.testing.assert_allclose(f(np.ones(3)), 3 * np.exp(np.sin(1.0)))
+    with pytest.raises(AssertionError, match="x must be positive"):
+        f(-np.ones(3))
+
+
+def test_in_place_nodes_never_join(island_mode):
+    x = pt.vector("x", shape=(3,))
+    y = pt.exp(sine(x))
+    add_in_place = Elemwise(scalar_add, inplace_pattern={0: 0})
+    node = add_in_place(y, pt.constant(np.ones(3))).owner
+    assert node.op.destroy_map and not joins_islands(node)
+    assert joins_islands(y.owner) and joins_islands(sine(x).owner)
+    # a graph with an in-place node on what an island computes
+    f = compile_function(
+        [In(x)], node.outputs[0] * 2.0, island_mode, accept_inplace=True
+    )
+    for island in islands(f):
+        assert not any(n.op.destroy_map for n in island.fgraph.apply_nodes)
+    xv = np.array([0.1, 0.2, 0.3])
+    np.testing.assert_allclose(f(xv), 2.0 * (np.exp(np.sin(xv)) + 1.0), rtol=1e-12)
+
+
+class FakeNode:
+    """An apply node for find_islands: only inputs matter."""
+
+    def __init__(self, parents):
+        self.inputs = [FakeVariable(p) for p in parents]
+
+
+class FakeVariable:
+    def __init__(self, owner):
+        self.owner = owner
+
+
+def test_islands_are_convex_and_disjoint_on_random_graphs():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(2, 14))
+        nodes = []
+        for i in range(n):
+            k = int(rng.integers(0, min(i, 3) + 1))
+            nodes.append(FakeNode(list(rng.choice(nodes, size=k, replace=False))))
+        can_join = rng.random(n) < 0.7
+        seeds = can_join & (rng.random(n) < 0.4)
+        found = find_islands(nodes, can_join, seeds)
+
+        position = {node: i for i, node in enumerate(nodes)}
+        ancestors = [set() for _ in nodes]
+        for i, node in enumerate(nodes):
+            for inp in node.inputs:
+                j = position[inp.owner]
+                ancestors[i] |= ancestors[j] | {j}
+        seen = set()
+        for island in found:
+            members = {position[node] for node in island}
+            assert len(members) >= 2 and not members & seen
+            seen |= members
+            assert all(can_join[k] for k in members)
+            assert any(seeds[k] for k in members)
+            outside = set(range(n)) - members
+            for k in outside:  # no path leaves the island and comes back
+                below = any(m in ancestors[k] for m in members)
+                above = any(k in ancestors[m] for m in members)
+                assert not (below and above)
+
+
+# ================================================================= readable
+def test_dprint_names_the_functions_and_counts_the_nodes():
+    theta, logp = likelihood_graph()
+    f = compile_function([theta], [logp, pt.grad(logp, theta)], None)
+    text = pytensor.dprint(f, file="str")
+    assert "JaxIsland{trajectory" in text and "PyTensor nodes}" in text
+    assert "vjp(trajectory" in text
+    assert "Inner graphs:" in text  # what the island holds, node by node
+    assert "0x" not in text
+    (island,) = islands(f)
+    n_pytensor = len(island.fgraph.apply_nodes) - len(island.wrapped_functions())
+    assert f"+{n_pytensor} PyTensor nodes" in str(island)
+
+
+# ======================================================= jax.disable_jit()
+@as_jax_op
+def branching(x):
+    return jax.lax.cond(x.sum() > 0, jnp.sin, lambda x: 2.0 * x, x)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [m for _, m in ISLAND_MODES] + ["JAX", "FAST_COMPILE", "no islands"],
+    ids=[i for i, _ in ISLAND_MODES] + ["jax", "fast_compile", "no-islands"],
+)
+def test_disable_jit(mode):
+    """The issue's example: eager residuals differ from the traced layout."""
+    if mode == "no islands":
+        mode = without_islands(None)
+    x = pt.vector("x", shape=(3,))
+    cost = pt.sum(branching(x) ** 2)
+    f = compile_function([x], [cost, pt.grad(cost, x)], mode)
+    for xv in (np.ones(3), -np.ones(3)):
+        jitted = f(xv)
+        with jax.disable_jit():
+            eager = f(xv)
+        reference = jax.value_and_grad(
+            lambda v: jnp.sum(branching.__wrapped__(v) ** 2)
+        )(xv)
+        for got, want, want_jitted in zip(eager, reference, jitted):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+            np.testing.assert_allclose(got, want_jitted, rtol=1e-12)
+
+
+# =================================================================== switch
+def test_the_rewrite_can_be_excluded(island_mode):
+    theta, logp = likelihood_graph()
+    mode = get_mode(island_mode).excluding("jax_islands")
+    f = compile_function([theta], [logp, pt.grad(logp, theta)], mode)
+    assert not islands(f)
+    assert sum(isinstance(op, OpFromJax) for op in outer_ops(f)) == 2
+
+
+def test_no_islands_under_the_jax_linker():
+    theta, logp = likelihood_graph()
+    f = compile_function([theta], [logp, pt.grad(logp, theta)], "JAX")
+    assert not islands(f)
+
+
+# ============================================================ fallback
+def test_an_island_jax_cannot_trace_falls_back_to_pytensor(island_mode):
+    """A shape computed outside the island: PyTensor's JAX lowering cannot trace it."""
+    x, n = pt.vector("x", shape=(3,)), pt.lscalar("n")
+    out = pt.alloc(sine(x).sum(), n) * 2.0
+    f = compile_function([x, n], out, island_mode)
+    assert islands(f)
+    xv = np.array([0.1, 0.2, 0.3])
+    with pytest.warns(JaxIslandFallbackWarning, match="could not be traced by JAX"):
+        first = f(xv, 4)
+    np.testing.assert_allclose(first, np.full(4, 2 * np.sin(xv).sum()), rtol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once
+        np.testing.assert_allclose(f(xv, 2), np.full(2, 2 * np.sin(xv).sum()))
+
+
+def test_errors_of_a_wrapped_function_are_not_hidden_by_the_fallback(island_mode):
+    @as_jax_op(output_types=pt.dvector().type)  # so only calls trace it
+    def picky(x):
+        if x.shape[0] != 3:  # a Python check at trace time
+            raise ValueError("picky needs exactly 3 values")
+        return jnp.sin(x)
+
+    x = pt.vector("x")
+    f = compile_function([x], pt.exp(picky(x)).sum(), island_mode)
+    assert islands(f)
+    np.testing.assert_allclose(f(np.zeros(3)), 3.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JaxIslandFallbackWarning)
+        with pytest.raises(ValueError, match="picky needs exactly 3 values"):
+            f(np.zeros(4))
+
+
+# ================================================== pickling and threads
+def test_a_compiled_function_with_an_island_runs_in_a_fresh_process(tmp_path):
+    model = models.sir_model()
+    f = model.logp_dlogp_function(ravel_inputs=True)._pytensor_function
+    assert len(islands(f)) == 1
+    x = np.concatenate([np.ravel(v) for v in model.initial_point().values()])
+    value, gradient = f(x)
+    (tmp_path / "f.pkl").write_bytes(pickle.dumps(f))
+    np.save(tmp_path / "expected.npy", np.concatenate([[value], gradient]))
+    np.save(tmp_path / "x.npy", x)
+    run_in_fresh_process(f"""
+        import pickle
+        import numpy as np
+        folder = {str(tmp_path)!r}
+        with open(folder + "/f.pkl", "rb") as file:
+            f = pickle.load(file)
+        value, gradient = f(np.load(folder + "/x.npy"))
+        expected = np.load(folder + "/expected.npy")
+        np.testing.assert_allclose(value, expected[0], rtol=1e-12)
+        np.testing.assert_allclose(gradient, expected[1:], rtol=1e-12)
+        assert "JaxIsland" in str(f.maker.fgraph.toposort()[0].op)
+    """)
+
+
+def test_threads_share_a_compiled_function_with_an_island():
+    theta, logp = likelihood_graph()
+    f = compile_function([theta], [logp, pt.grad(logp, theta)], None)
+    assert islands(f)
+    thetas = [THETA + 0.01 * k for k in range(8)]
+    expected = [jax.value_and_grad(reference_logp)(t) for t in thetas]
+    results: dict[int, list] = {}
+
+    def work(k):
+        results[k] = [f(thetas[k]) for _ in range(20)]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for k, runs in results.items():
+        for value, gradient in runs:
+            np.testing.assert_allclose(value, expected[k][0], rtol=1e-12)
+            np.testing.assert_allclose(gradient, expected[k][1], rtol=1e-10)
+
+
+def test_pymc_model_samples_with_nutpie_through_the_island():
+    """nutpie (PyMC's default sampler) compiles the Numba graph with the island."""
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0.0, 1.0, shape=2)
+        mu = trajectory(theta, TIMES)
+        pm.Normal("y", mu, 0.05, observed=OBSERVED)
+    compiled = nutpie.compile_pymc_model(model)
+    assert islands(compiled.logp_func)
+    trace = nutpie.sample(
+        compiled, draws=150, tune=150, chains=2, cores=1, progress_bar=False, seed=1
+    )
+    # cos is even: the sign of theta[1] is not identified
+    mean = np.abs(trace.posterior["theta"]).mean(("chain", "draw")).values
+    np.testing.assert_allclose(mean, [0.7, 1.3], atol=0.1)
