@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -458,3 +459,26 @@ class TupleOutputs(InnerFunction):
         if isinstance(result, tuple | list):
             return tuple(result)
         return (result,)
+
+
+@dataclass(frozen=True)
+class BakedInputs(InnerFunction):
+    """``fn`` with some of its inputs baked in as constants.
+
+    ``baked`` holds ``(position, value)`` pairs, by increasing position in
+    ``fn``'s arguments; the other arguments are this function's, in order.
+
+    >>> import jax.numpy as jnp
+    >>> scaled = BakedInputs(TupleOutputs(lambda x, k: x * k), ((1, Static(3.0)),))
+    >>> scaled(jnp.ones(2))
+    (Array([3., 3.], dtype=float64),)
+    """
+
+    fn: Callable[..., ArrayTuple]
+    baked: tuple[tuple[int, Static], ...]
+
+    def __call__(self, *arrays: Any) -> ArrayTuple:
+        values = list(arrays)
+        for position, constant in self.baked:
+            values.insert(position, jnp.asarray(constant.value))
+        return self.fn(*values)

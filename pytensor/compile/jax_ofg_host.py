@@ -10,16 +10,19 @@ shared by equal ops, whose outputs are handed back as owned NumPy arrays.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import is_thunk_type
+from pytensor.tensor.type import TensorType
 
 
 class BoundedCache:
@@ -62,6 +65,47 @@ def add_note_once(error: BaseException, note: str) -> None:
         error.add_note(note)
 
 
+class OutputPacking:
+    """How an op's outputs leave XLA: packed into one flat buffer per dtype.
+
+    Every output of a JAX executable is a buffer of its own, with its own
+    Python object and readiness check on the host (about 4 µs each on CPU).
+    Packed inside the XLA program, the outputs cross in one buffer per dtype
+    and the host takes each as a view of it.
+
+    Parameters
+    ----------
+    output_types
+        The op's output types.
+    """
+
+    def __init__(self, output_types: Sequence[TensorType]):
+        self.dtypes = tuple(dict.fromkeys(t.dtype for t in output_types))
+        self.buffer_of = tuple(self.dtypes.index(t.dtype) for t in output_types)
+        self.static_shapes = tuple(
+            None if None in t.shape else tuple(t.shape) for t in output_types
+        )
+
+    def pack(self, outputs: Sequence[Any]) -> tuple:
+        """The traced outputs, raveled and concatenated by dtype."""
+        groups: list[list] = [[] for _ in self.dtypes]
+        for output, buffer in zip(outputs, self.buffer_of):
+            groups[buffer].append(jnp.ravel(output))
+        return tuple(
+            group[0] if len(group) == 1 else jnp.concatenate(group) for group in groups
+        )
+
+    def plan(self, shapes: Sequence[tuple[int, ...]]) -> list[tuple]:
+        """Per output: ``(buffer, start, stop, shape)`` for outputs of ``shapes``."""
+        offsets = [0] * len(self.dtypes)
+        plan = []
+        for shape, buffer in zip(shapes, self.buffer_of):
+            start = offsets[buffer]
+            offsets[buffer] = stop = start + math.prod(shape)
+            plan.append((buffer, start, stop, tuple(shape)))
+        return plan
+
+
 class JaxHostOp:
     """Mixin for ops computed by one jitted JAX function, called from the host.
 
@@ -69,6 +113,8 @@ class JaxHostOp:
     out) and :meth:`error_note`; this gives them ``perform``, a lean
     ``make_py_thunk`` and the host function the Numba dispatch calls.
     """
+
+    output_types: Sequence[TensorType]
 
     def jax_callable(self) -> Callable[..., tuple]:
         """The JAX function of the op's inputs, returning a tuple of outputs."""
@@ -88,27 +134,80 @@ class JaxHostOp:
         """
         return JITTED.get(self, lambda: jax.jit(self.jax_callable()))
 
-    def host_function(self) -> Callable[..., list[np.ndarray]]:
-        """The jitted function on host arrays, returning owned, writeable arrays.
+    def _packed(self) -> tuple[Callable, dict]:
+        """``jax.jit`` of the function with packed outputs (see :class:`OutputPacking`),
+        and the output shapes it was traced with, by input shapes."""
 
-        JAX buffers are read-only and may alias inputs or constants, so every
-        output is copied: a downstream in-place op may write into it. Thunks
-        (Python, C VM and Numba linkers) hold this function for their lifetime.
+        def build() -> tuple[Callable, dict]:
+            fn, packing = self.jax_callable(), OutputPacking(self.output_types)
+            traced_shapes: dict[tuple, tuple] = {}
+
+            def packed(*inputs):
+                outputs = fn(*inputs)
+                key = tuple(jnp.shape(x) for x in inputs)
+                traced_shapes[key] = tuple(tuple(o.shape) for o in outputs)
+                return packing.pack(outputs)
+
+            return jax.jit(packed), traced_shapes
+
+        return JITTED.get((self, "packed"), build)
+
+    def host_function(
+        self, writable: Sequence[bool] | None = None
+    ) -> Callable[..., list[np.ndarray]]:
+        """The jitted function on host arrays (thunks hold it for their lifetime).
+
+        JAX buffers are read-only and may alias inputs or constants. Outputs
+        flagged in ``writable`` (default: all) are private, writeable copies,
+        for outputs that a downstream in-place op may write into or that the
+        compiled function returns; the others are read-only views of the
+        buffers JAX returned (see ``jax_ofg_readonly_outputs`` in
+        :mod:`pytensor.tensor.rewriting.jax_ofg`).
         """
-        jitted, note = self.jitted, self.error_note()
+        packed, traced_shapes = self._packed()
+        packing, note = OutputPacking(self.output_types), self.error_note()
+        copied = (
+            tuple(writable)
+            if writable is not None
+            else (True,) * len(packing.buffer_of)
+        )
+        static_plan = (
+            None
+            if None in packing.static_shapes
+            else packing.plan(packing.static_shapes)
+        )
+        plans: dict[tuple, list] = {}
+
+        def plan_for(inputs: Sequence[Any]) -> list[tuple]:
+            key = tuple(np.shape(x) for x in inputs)
+            plan = plans.get(key)
+            if plan is None:
+                shapes = traced_shapes.get(key)
+                if shapes is None:  # traced by another function sharing the cache
+                    structs = jax.eval_shape(self.jax_callable(), *inputs)
+                    shapes = tuple(tuple(s.shape) for s in structs)
+                plan = plans[key] = packing.plan(shapes)
+            return plan
 
         def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
             try:
-                outputs = jitted(*inputs)
+                if jax.config.jax_disable_jit:  # run eagerly: shapes may differ
+                    return [np.array(o) for o in self.jax_callable()(*inputs)]
+                buffers = [np.asarray(b) for b in packed(*inputs)]
             except Exception as error:
                 add_note_once(error, note)
                 raise
-            return [np.array(output) for output in outputs]
+            plan = static_plan or plan_for(inputs)
+            outputs = []
+            for (buffer, start, stop, shape), copy in zip(plan, copied):
+                view = buffers[buffer][start:stop].reshape(shape)
+                outputs.append(view.copy() if copy else view)
+            return outputs
 
         return host_call
 
     def host_call(self, *inputs: np.ndarray) -> list[np.ndarray]:
-        """Run the op once on host arrays (see :meth:`host_function`)."""
+        """Run the op once on host arrays, returning writeable arrays."""
         return self.host_function()(*inputs)
 
     def perform(self, node: Apply, inputs: Sequence[Any], output_storage) -> None:
@@ -117,7 +216,7 @@ class JaxHostOp:
 
     def make_py_thunk(self, node, storage_map, compute_map, no_recycling, debug=False):
         # As Op.make_py_thunk, with the host function looked up once, here.
-        host_call = self.host_function()
+        host_call = self.host_function(writable_outputs(node))
         inputs = [storage_map[v] for v in node.inputs]
         outputs = [storage_map[v] for v in node.outputs]
         computed = [compute_map[v] for v in node.outputs] if compute_map else []
@@ -132,3 +231,17 @@ class JaxHostOp:
         thunk.inputs, thunk.outputs, thunk.lazy = inputs, outputs, False
         thunk.perform = self.perform
         return thunk
+
+
+#: Where the rewrite ``jax_ofg_readonly_outputs`` notes, on a node, which of
+#: its outputs must be writeable.
+WRITABLE_TAG = "jax_ofg_writable"
+
+
+def writable_outputs(node: Apply) -> tuple[bool, ...]:
+    """Per output of ``node``: whether it must be a private, writeable array.
+
+    All of them unless the rewrite ``jax_ofg_readonly_outputs`` proved
+    otherwise for this node of the compiled graph.
+    """
+    return getattr(node.tag, WRITABLE_TAG, (True,) * len(node.outputs))

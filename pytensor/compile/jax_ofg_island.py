@@ -109,7 +109,9 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
 
         return jax_island
 
-    def host_function(self) -> Callable[..., list[np.ndarray]]:
+    def host_function(
+        self, writable: Sequence[bool] | None = None
+    ) -> Callable[..., list[np.ndarray]]:
         """As :meth:`JaxHostOp.host_function`, with a PyTensor fallback.
 
         PyTensor's JAX lowering cannot trace every graph it can build (shapes
@@ -120,7 +122,7 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
         """
         fallback: Callable | None = None
         try:
-            jax_call = super().host_function()
+            jax_call = super().host_function(writable)
         except NotImplementedError as error:  # no JAX lowering after all
             fallback = self._fallback(error)
 

@@ -113,6 +113,31 @@ def shift_symbols(expression: int | str | None, offsets: Sequence[int]) -> Any:
     )
 
 
+def renumber_symbols(
+    expression: int | str | None,
+    new_index: Sequence[int | None],
+    shapes: Sequence[tuple[int | None, ...]],
+) -> Any:
+    """Rename the symbols of a dim expression when inputs are dropped or moved.
+
+    Input ``i`` becomes input ``new_index[i]``; a dropped input (None) has a
+    static shape in ``shapes``, whose sizes replace its symbols.
+
+    >>> renumber_symbols("s0_0 + s2_1", [None, 0, 1], [(4,), (None,), (2, None)])
+    '(4) + s1_1'
+    """
+    if not isinstance(expression, str):
+        return expression
+
+    def rename(match: re.Match) -> str:
+        i, j = int(match[1]), int(match[2])
+        if new_index[i] is None:
+            return f"({shapes[i][j]})"
+        return symbol_name(new_index[i], j)
+
+    return _SYMBOL.sub(rename, expression)
+
+
 @dataclass(frozen=True)
 class TraceResult:
     """What tracing a function tells about its outputs."""

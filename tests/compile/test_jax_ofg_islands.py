@@ -91,8 +91,8 @@ class HostCalls:
         self.count = 0
         make_host_function = JaxHostOp.host_function
 
-        def counting_host_function(op):
-            call = make_host_function(op)
+        def counting_host_function(op, writable=None):
+            call = make_host_function(op, writable)
 
             def host_call(*inputs):
                 self.count += 1

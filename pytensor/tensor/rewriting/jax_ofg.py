@@ -17,8 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pytensor.compile.aliasing import alias_root, view_tree_set
 from pytensor.compile.jax_ofg import OpFromJax
-from pytensor.compile.jax_ofg_shapes import shift_symbols, symbol_name
+from pytensor.compile.jax_ofg_functions import BakedInputs, Static
+from pytensor.compile.jax_ofg_host import WRITABLE_TAG, JaxHostOp
+from pytensor.compile.jax_ofg_shapes import renumber_symbols, shift_symbols, symbol_name
 from pytensor.compile.jax_ofg_transforms import (
     ValueAndVJP,
     VJPForward,
@@ -28,12 +31,19 @@ from pytensor.compile.jax_ofg_transforms import (
 )
 from pytensor.compile.mode import optdb
 from pytensor.graph.basic import Apply, Variable
+from pytensor.graph.fg import Output
 from pytensor.graph.replace import _vectorize_node
-from pytensor.graph.rewriting.basic import copy_stack_trace, dfs_rewriter, node_rewriter
+from pytensor.graph.rewriting.basic import (
+    GraphRewriter,
+    copy_stack_trace,
+    dfs_rewriter,
+    node_rewriter,
+)
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.blockwise import Blockwise, vectorize_node_fallback
 from pytensor.tensor.shape import shape_padleft
 from pytensor.tensor.type import TensorType
+from pytensor.tensor.variable import TensorConstant
 
 
 __all__ = ["fuse_value_and_vjp", "vmap_blockwise", "vmap_node"]
@@ -252,6 +262,102 @@ def fuse_value_and_vjp(fgraph, node: Apply) -> dict | None:
     return replacements
 
 
+# ------------------------------------------------------ baked constants
+#: Constant inputs of at most this many elements are baked into the JAX
+#: function: XLA folds them (a cotangent of 1.0, say), and they are no
+#: longer passed at every call.
+BAKED_CONSTANT_SIZE = 1024
+
+
+@node_rewriter([OpFromJax])
+def bake_constant_inputs(fgraph, node: Apply) -> list[Variable] | None:
+    """Bake small constant inputs of an :class:`OpFromJax` into its function.
+
+    ``pt.grad`` of a scalar cost gives the cotangent ``1.0``: the fused
+    ``value_and_vjp`` op then becomes exactly :func:`jax.value_and_grad`.
+    """
+    op: OpFromJax = node.op
+    baked = tuple(
+        (i, Static(x.data))
+        for i, x in enumerate(node.inputs)
+        if isinstance(x, TensorConstant) and x.data.size <= BAKED_CONSTANT_SIZE
+    )
+    if not baked or len(baked) == len(node.inputs):  # all constant: folded
+        return None
+    positions = {i for i, _ in baked}
+    kept = [i for i in range(len(node.inputs)) if i not in positions]
+    new_index = [
+        None if i in positions else kept.index(i) for i in range(len(node.inputs))
+    ]
+    shapes = [
+        x.type.shape if i not in positions else x.data.shape
+        for i, x in enumerate(node.inputs)
+    ]
+    baked_op = OpFromJax(
+        BakedInputs(op.fn, baked),
+        [op.input_types[i] for i in kept],
+        op.output_types,
+        name=op.describe(),
+        output_dims=tuple(
+            tuple(renumber_symbols(d, new_index, shapes) for d in dims)
+            for dims in op.output_dims
+        ),
+    )
+    outputs = baked_op(*[node.inputs[i] for i in kept], return_list=True)
+    copy_stack_trace(node.outputs, outputs)
+    return outputs
+
+
+# ------------------------------------------------ read-only outputs
+def _buffer_users(fgraph, variable: Variable) -> list[tuple[Apply, int]]:
+    """The clients of ``variable``'s buffer: of it and of every view of it."""
+    views: set[Variable] = set()
+    view_tree_set(fgraph, alias_root(variable), views)
+    return [client for view in views for client in fgraph.clients[view]]
+
+
+def _written(fgraph, variable: Variable) -> bool:
+    """Whether an in-place node (``destroy_map``) writes into ``variable``'s buffer."""
+    return any(
+        position in inputs
+        for client, position in _buffer_users(fgraph, variable)
+        for inputs in client.op.destroy_map.values()
+    )
+
+
+def _returned(fgraph, variable: Variable) -> bool:
+    """Whether the compiled function returns ``variable``'s buffer (callers may write)."""
+    return any(isinstance(c.op, Output) for c, _ in _buffer_users(fgraph, variable))
+
+
+def writable_flags(fgraph, node: Apply) -> tuple[bool, ...]:
+    """Per output of a host-called JAX node: whether it must be a writeable copy.
+
+    An output that the function returns, or that an in-place node may write
+    into, must be. So must every output when an input may be written later:
+    the read-only view could then alias memory that changes.
+    """
+    if any(_written(fgraph, x) for x in node.inputs):
+        return (True,) * len(node.outputs)
+    return tuple(_written(fgraph, o) or _returned(fgraph, o) for o in node.outputs)
+
+
+class ReadOnlyOutputs(GraphRewriter):
+    """Note which outputs of host-called JAX ops must be writeable copies.
+
+    JAX returns read-only buffers; copying every output costs time on every
+    call. After all other rewrites (in-place ones included), each
+    :class:`~pytensor.compile.jax_ofg_host.JaxHostOp` node of the compiled
+    graph gets ``node.tag.jax_ofg_writable`` (:func:`writable_flags`); its
+    other outputs are handed on as read-only views.
+    """
+
+    def apply(self, fgraph) -> None:
+        for node in fgraph.apply_nodes:
+            if isinstance(node.op, JaxHostOp):
+                setattr(node.tag, WRITABLE_TAG, writable_flags(fgraph, node))
+
+
 # Before canonicalization, so that later rewrites see the vmapped op.
 optdb.register(
     "jax_ofg_vmap_blockwise",
@@ -268,4 +374,20 @@ optdb.register(
     "fast_run",
     "fast_compile",
     position=48.5,
+)
+# After value+grad fusion, which matches the ops' functions as they were.
+optdb.register(
+    "jax_ofg_bake_constant_inputs",
+    dfs_rewriter(bake_constant_inputs, ignore_newtrees=True),
+    "fast_run",
+    "fast_compile",
+    position=48.7,
+)
+# Last: the graph is final (in-place rewrites are at 50-110).
+optdb.register(
+    "jax_ofg_readonly_outputs",
+    ReadOnlyOutputs(),
+    "fast_run",
+    "fast_compile",
+    position=150,
 )

@@ -11,7 +11,7 @@ Numba (it holds a Python callable), hence the ``None`` cache key.
 
 import numba
 
-from pytensor.compile.jax_ofg_host import JaxHostOp
+from pytensor.compile.jax_ofg_host import JaxHostOp, writable_outputs
 from pytensor.link.numba.dispatch.basic import (
     get_numba_type,
     numba_njit,
@@ -23,8 +23,12 @@ from pytensor.link.numba.dispatch.basic import (
 # OpFromGraph's dispatch, which comes later in JaxIsland's MRO.
 @register_funcify_and_cache_key(JaxHostOp)
 def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
-    output_types = [get_numba_type(out.type) for out in node.outputs]
-    host_call = op.host_function()
+    writable = writable_outputs(node)
+    output_types = [
+        get_numba_type(out.type) if w else get_numba_type(out.type).copy(readonly=True)
+        for out, w in zip(node.outputs, writable)
+    ]
+    host_call = op.host_function(writable)
 
     if len(output_types) == 1:
         return_type = output_types[0]
