@@ -43,6 +43,7 @@ except ImportError as _error:  # pragma: no cover - exercised in a subprocess te
 
 import pytensor.tensor as pt
 from pytensor import config
+from pytensor.compile.jax_ofg_cache import configure_xla_cache
 from pytensor.compile.jax_ofg_functions import (
     INPUT,
     FlatJaxFunction,
@@ -725,3 +726,5 @@ import pytensor.tensor.rewriting.jax_ofg_islands  # noqa: E402, F401
 # PyTensor types carry explicit dtypes: without x64, JAX would silently turn
 # float64 into float32 and int64 into int32.
 jax.config.update("jax_enable_x64", True)
+
+configure_xla_cache()

@@ -84,6 +84,21 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
         others = len(self.fgraph.apply_nodes) - len(functions)
         return f"JaxIsland{{{', '.join(functions)}, +{others} PyTensor nodes}}"
 
+    def stable_key(self) -> str:
+        """What the island computes, equal across processes (see :mod:`~pytensor.compile.jax_ofg_keys`)."""
+        from pytensor.compile.jax_ofg_keys import stable_key
+
+        fgraph = self.fgraph
+        position = {v: ("in", i) for i, v in enumerate(fgraph.inputs)}
+        nodes = []
+        for k, node in enumerate(fgraph.toposort()):
+            sources = [position.get(x) or stable_key(x) for x in node.inputs]
+            nodes.append(f"{stable_key(node.op)}{sources}")
+            position.update({out: (k, j) for j, out in enumerate(node.outputs)})
+        outputs = [position.get(out) or stable_key(out) for out in fgraph.outputs]
+        types = [str(x.type) for x in fgraph.inputs]
+        return f"JaxIsland(inputs={types}, nodes={nodes}, outputs={outputs})"
+
     def error_note(self) -> str:
         return f"Raised by {self} (the rewrite `jax_islands`)."
 

@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pytensor.compile.jax_ofg_functions import ArrayTuple, InnerFunction
+from pytensor.compile.jax_ofg_functions import ArrayTuple, InnerFunction, static_key
+from pytensor.compile.jax_ofg_host import BoundedCache
 from pytensor.compile.jax_ofg_shapes import (
     STAND_IN_SIZES,
     stand_in_shapes,
@@ -113,23 +114,34 @@ def _abstract_pullback(vjp: VJPFunction, primals: Sequence[Any]) -> Any:
     found by tracer identity, and bakes concrete (constant) primals in. So
     the abstract trace must see the same tracer passed at the same positions
     (one PyTensor variable given twice, under the JAX linker) and the same
-    constants as the forward trace did.
+    constants as the forward trace did. Primals may also be
+    ``jax.ShapeDtypeStruct``\\ s (when the graph is rewritten).
     """
     positions: dict[int, int] = {}
-    traced, index = [], []
+    traced, index, signature = [], [], []
     for primal in primals:
-        if isinstance(primal, jax.core.Tracer):
+        if isinstance(primal, jax.core.Tracer | jax.ShapeDtypeStruct):
             index.append(positions.setdefault(id(primal), len(traced)))
             if index[-1] == len(traced):
                 traced.append(primal)
+            signature.append((index[-1], primal.shape, np.dtype(primal.dtype).name))
         else:
             index.append(None)
+            signature.append(("constant", static_key(primal)))
 
     def pullback(*unique):
         rebuilt = [p if k is None else unique[k] for p, k in zip(primals, index)]
         return _vjp(vjp.forward, vjp.wrt, vjp.cotangent_outputs, rebuilt)[1]
 
-    return jax.eval_shape(pullback, *traced)
+    # The forward's residual rebuild traces it once more at every call: once
+    # per signature is enough (a shape trace of an ODE solve takes a second).
+    return _PULLBACK_SHAPES.get(
+        (vjp, tuple(signature)), lambda: jax.eval_shape(pullback, *traced)
+    )
+
+
+#: Abstract pullbacks by (VJP function, primal signature): see _abstract_pullback.
+_PULLBACK_SHAPES = BoundedCache(256)
 
 
 def residual_dtypes(

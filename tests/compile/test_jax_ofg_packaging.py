@@ -11,9 +11,11 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parents[2]
 MODULES = [
     "pytensor/compile/jax_ofg.py",
+    "pytensor/compile/jax_ofg_cache.py",
     "pytensor/compile/jax_ofg_functions.py",
     "pytensor/compile/jax_ofg_host.py",
     "pytensor/compile/jax_ofg_island.py",
+    "pytensor/compile/jax_ofg_keys.py",
     "pytensor/compile/jax_ofg_shapes.py",
     "pytensor/compile/jax_ofg_transforms.py",
     "pytensor/link/jax/dispatch/jax_ofg.py",

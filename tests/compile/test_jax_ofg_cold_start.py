@@ -1,0 +1,238 @@
+"""Cold start: compiled Numba code and XLA programs are cached across processes.
+
+Each fresh process here shares a temporary ``base_compiledir`` with the others
+of its test. What is asserted is what the caches served (Numba's cache hits,
+JAX's compilation-cache events) and the results; how much time that saves is
+measured by ``benchmarks/cold_start.py``, not asserted.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.jax_ofg import as_jax_op
+from pytensor.link.numba.dispatch import jax_ofg as numba_dispatch
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PRELUDE = f"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("checkout", {str(ROOT / "conftest.py")!r})
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+from collections import Counter
+import jax
+events = Counter()
+jax.monitoring.register_event_listener(lambda name, **kw: events.update([name]))
+
+def report(f, **values):
+    stats = f.vm.jit_fn.stats
+    print(json.dumps(dict(
+        numba_hits=sum(stats.cache_hits.values()),
+        numba_misses=sum(stats.cache_misses.values()),
+        xla_hits=events["/jax/compilation_cache/cache_hits"],
+        xla_misses=events["/jax/compilation_cache/cache_misses"],
+        **values,
+    )))
+"""
+
+#: A value+grad graph with a JAX island and one with a lone op, in Numba.
+GRAPHS = """
+import numpy as np, pytensor, pytensor.tensor as pt, jax.numpy as jnp
+from pytensor.compile.jax_ofg import as_jax_op
+import {module} as m
+x = pt.vector("x", shape=(5,))
+cost = pt.exp(m.path(x)).sum()
+island = pytensor.function([x], [cost, pt.grad(cost, x)])
+lone = pytensor.function([x], m.path(x))
+xv = np.linspace(0.1, 0.5, 5)
+value, gradient = island(xv)
+report(island, value=float(value), gradient=gradient.tolist(), path=lone(xv).tolist(),
+       lone_numba_hits=sum(lone.vm.jit_fn.stats.cache_hits.values()))
+"""
+
+MODULE = """
+import jax.numpy as jnp
+from pytensor.compile.jax_ofg import as_jax_op
+
+@as_jax_op
+def path(x):
+    return jnp.cumsum(jnp.sin(x)) * {factor}
+"""
+
+
+def run(code: str, compiledir: Path, *, env: dict | None = None, cwd=None):
+    """Run ``code`` in a fresh interpreter; the JSON it prints, parsed."""
+    result = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+        env={
+            **os.environ,
+            "PYTENSOR_FLAGS": f"base_compiledir={compiledir}",
+            "PYTHONPATH": str(cwd or ""),
+            **(env or {}),
+        },
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def write_module(folder: Path, factor: float) -> None:
+    (folder / "cold_model.py").write_text(textwrap.dedent(MODULE.format(factor=factor)))
+
+
+def expected(factor: float):
+    xv = np.linspace(0.1, 0.5, 5)
+    path = np.cumsum(np.sin(xv)) * factor
+    return float(np.exp(path).sum()), path
+
+
+def test_a_new_process_is_served_from_both_caches(tmp_path):
+    write_module(tmp_path, 2.0)
+    code = GRAPHS.format(module="cold_model")
+    first = run(code, tmp_path / "cache", cwd=tmp_path)
+    second = run(code, tmp_path / "cache", cwd=tmp_path)
+    assert first["numba_misses"] >= 1 and first["numba_hits"] == 0
+    assert first["xla_misses"] >= 1
+    assert second["numba_hits"] >= 1 and second["numba_misses"] == 0
+    assert second["lone_numba_hits"] >= 1
+    assert second["xla_hits"] >= 1 and second["xla_misses"] == 0
+    value, path = expected(2.0)
+    for result in (first, second):
+        np.testing.assert_allclose(result["value"], value, rtol=1e-12)
+        np.testing.assert_allclose(result["path"], path, rtol=1e-12)
+    assert first["gradient"] == second["gradient"]
+
+
+def test_an_edited_function_gives_the_new_result(tmp_path):
+    """The cached body calls the function compiled in this process, never a stale one."""
+    code = GRAPHS.format(module="cold_model")
+    write_module(tmp_path, 2.0)
+    before = run(code, tmp_path / "cache", cwd=tmp_path)
+    write_module(tmp_path, 3.0)
+    after = run(code, tmp_path / "cache", cwd=tmp_path)
+    for result, factor in ((before, 2.0), (after, 3.0)):
+        value, path = expected(factor)
+        np.testing.assert_allclose(result["value"], value, rtol=1e-12)
+        np.testing.assert_allclose(result["path"], path, rtol=1e-12)
+
+
+def test_two_processes_starting_at_once_share_one_cache(tmp_path):
+    write_module(tmp_path, 2.0)
+    code = PRELUDE + textwrap.dedent(GRAPHS.format(module="cold_model"))
+    env = {
+        **os.environ,
+        "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'cache'}",
+        "PYTHONPATH": str(tmp_path),
+    }
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    value, path = expected(2.0)
+    for worker in workers:
+        out, err = worker.communicate(timeout=600)
+        assert worker.returncode == 0, err[-3000:]
+        result = json.loads(out.strip().splitlines()[-1])
+        np.testing.assert_allclose(result["value"], value, rtol=1e-12)
+        np.testing.assert_allclose(result["path"], path, rtol=1e-12)
+    third = run(GRAPHS.format(module="cold_model"), tmp_path / "cache", cwd=tmp_path)
+    assert third["numba_misses"] == 0 and third["xla_misses"] == 0
+
+
+CONFIG = """
+import os, jax
+import pytensor.compile.jax_ofg
+print(json.dumps(dict(dir=jax.config.jax_compilation_cache_dir)))
+"""
+
+
+def test_the_xla_cache_goes_under_compiledir_unless_configured(tmp_path):
+    ours = run(CONFIG, tmp_path / "cache")
+    assert ours["dir"].startswith(str(tmp_path / "cache"))
+    assert ours["dir"].endswith("jax_ofg_xla")
+    theirs = run(
+        CONFIG, tmp_path / "cache", env={"JAX_COMPILATION_CACHE_DIR": str(tmp_path)}
+    )
+    assert theirs["dir"] == str(tmp_path)  # the user's choice wins
+    off = run(
+        CONFIG,
+        tmp_path / "cache",
+        env={"PYTENSOR_FLAGS": f"base_compiledir={tmp_path},jax_ofg__xla_cache=False"},
+    )
+    assert off["dir"] is None
+
+
+# ============================================================== registry
+def scaled_by(factor):
+    @as_jax_op
+    def scaled(x):
+        return jnp.sin(x) * factor
+
+    return scaled
+
+
+class Factor:
+    """No stable description: its repr shows an address, which keys drop."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def scaled_by_object(factor: Factor):
+    @as_jax_op
+    def scaled(x):
+        return jnp.sin(x) * factor.value
+
+    return scaled
+
+
+def numba_key_of(f) -> str:
+    (node,) = f.maker.fgraph.apply_nodes
+    return node.tag.jax_ofg_registry_key
+
+
+def test_two_closures_of_one_name_never_share_a_registry_key():
+    x = pt.vector("x", shape=(3,))
+    xv = np.array([0.1, 0.2, 0.3])
+    for make in (scaled_by, lambda k: scaled_by_object(Factor(k))):
+        f2 = pytensor.function([x], make(2.0)(x), mode="NUMBA")
+        f3 = pytensor.function([x], make(3.0)(x), mode="NUMBA")
+        assert numba_key_of(f2) != numba_key_of(f3)
+        np.testing.assert_allclose(f2(xv), 2.0 * np.sin(xv))
+        np.testing.assert_allclose(f3(xv), 3.0 * np.sin(xv))
+        np.testing.assert_allclose(f2(xv), 2.0 * np.sin(xv))  # still its own
+
+
+def test_equal_ops_share_a_key_and_outlive_each_other():
+    import gc
+
+    x = pt.vector("x", shape=(3,))
+    op_maker = scaled_by(2.0)
+    first = pytensor.function([x], op_maker(x), mode="NUMBA")
+    second = pytensor.function([x], op_maker(x), mode="NUMBA")
+    key = numba_key_of(first)
+    assert key == numba_key_of(second)
+    del second  # the newest registration: the registry falls back to first's
+    gc.collect()
+    xv = np.array([0.1, 0.2, 0.3])
+    np.testing.assert_allclose(first(xv), 2.0 * np.sin(xv))
+    assert len(numba_dispatch._REGISTRY[key].hosts) == 1
