@@ -1,0 +1,189 @@
+"""The PyMC models the benchmarks measure (see ``islands.py`` and ``cold_start.py``).
+
+* ``sir``: 8 knots of a cubic-interpolated transmission rate (a symbolic
+  callable) inside a diffrax SIR solve (Tsit5 + PID, 50 daily saves),
+  negative-binomial daily cases; ``sir_wrap_jax``: the same with
+  ``pytensor.wrap_jax`` (one function for interpolation and solve, as a
+  ``wrap_jax`` user writes it); ``sir_pytensor``: the same epidemic in pure
+  PyTensor (fixed-step RK4 in ``pytensor.scan``, linear interpolation).
+* ``seir``: the main job's model (``examples/seir_time_varying.py``);
+  ``seir_wrap_jax``: the same with ``pytensor.wrap_jax``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import diffrax
+import jax.numpy as jnp
+import numpy as np
+import pymc as pm
+
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.jax_ofg import as_jax_op
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+SIR_KNOTS = np.linspace(0.0, 50.0, 8)
+SIR_DAYS = np.arange(51.0)
+SIR_Y0 = np.array([0.99, 0.01])
+SIR_TRUE_KNOTS = np.array([0.45, 0.42, 0.35, 0.25, 0.2, 0.24, 0.3, 0.28])
+
+
+def sir_rate_jax(knot_times, knots):
+    coefficients = diffrax.backward_hermite_coefficients(knot_times, knots)
+    return diffrax.CubicInterpolation(knot_times, coefficients).evaluate
+
+
+def sir_solve_jax(beta, y0, days, gamma):
+    def vector_field(t, y, args):
+        s, i = y
+        infections = beta(t) * s * i
+        return jnp.stack([-infections, infections - gamma * i])
+
+    solution = diffrax.diffeqsolve(
+        diffrax.ODETerm(vector_field),
+        diffrax.Tsit5(),
+        days[0],
+        days[-1],
+        0.1,
+        y0,
+        saveat=diffrax.SaveAt(ts=days),
+        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8),
+    )
+    return solution.ys
+
+
+sir_rate = as_jax_op(sir_rate_jax)
+sir_solve = as_jax_op(sir_solve_jax)
+
+
+def sir_trajectory_wrap_jax(knots, gamma):
+    """What a ``pytensor.wrap_jax`` user writes: one function, no nesting."""
+    beta = sir_rate_jax(SIR_KNOTS, knots)
+    return sir_solve_jax(beta, SIR_Y0, SIR_DAYS, gamma)
+
+
+def sir_observed() -> np.ndarray:
+    trajectory = np.asarray(sir_trajectory_wrap_jax(SIR_TRUE_KNOTS, 0.12))
+    cases = 10_000.0 * (trajectory[:-1, 0] - trajectory[1:, 0])
+    return np.random.default_rng(3).negative_binomial(20, 20 / (20 + cases))
+
+
+def sir_model(trajectory_of: Callable, observed: np.ndarray) -> pm.Model:
+    with pm.Model() as model:
+        knots = pm.LogNormal("knots", np.log(0.3), 0.3, shape=8)
+        gamma = pm.LogNormal("gamma", np.log(0.1), 0.2)
+        trajectory = trajectory_of(knots, gamma)
+        cases = 10_000.0 * (trajectory[:-1, 0] - trajectory[1:, 0])
+        pm.NegativeBinomial("cases", mu=cases, alpha=20.0, observed=observed)
+    return model
+
+
+def sir() -> pm.Model:
+    return sir_model(
+        lambda k, g: sir_solve(sir_rate(SIR_KNOTS, k), SIR_Y0, SIR_DAYS, g),
+        sir_observed(),
+    )
+
+
+def sir_wrap_jax() -> pm.Model:
+    return sir_model(pytensor.wrap_jax(sir_trajectory_wrap_jax), sir_observed())
+
+
+def sir_pytensor(steps_per_day: int = 4) -> pm.Model:
+    """The SIR model in pure PyTensor: RK4 in ``scan``, linear interpolation."""
+    dt = 1.0 / steps_per_day
+    spacing = SIR_KNOTS[1] - SIR_KNOTS[0]
+
+    def trajectory(knots, gamma):
+        def beta(t, knots):
+            position = pt.clip(t / spacing, 0, len(SIR_KNOTS) - 1 - 1e-9)
+            left = pt.cast(pt.floor(position), "int64")
+            weight = position - left
+            return (1 - weight) * knots[left] + weight * knots[left + 1]
+
+        def rhs(t, y, knots, gamma):
+            infections = beta(t, knots) * y[0] * y[1]
+            return pt.stack([-infections, infections - gamma * y[1]])
+
+        def step(t, y, knots, gamma):
+            k1 = rhs(t, y, knots, gamma)
+            k2 = rhs(t + dt / 2, y + dt / 2 * k1, knots, gamma)
+            k3 = rhs(t + dt / 2, y + dt / 2 * k2, knots, gamma)
+            k4 = rhs(t + dt, y + dt * k3, knots, gamma)
+            return y + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+        times = np.arange(len(SIR_DAYS) * steps_per_day - steps_per_day) * dt
+        states = pytensor.scan(
+            step,
+            sequences=[pt.as_tensor(times)],
+            outputs_info=[pt.as_tensor(SIR_Y0)],
+            non_sequences=[knots, gamma],
+            return_updates=False,
+        )
+        states = pt.concatenate([pt.as_tensor(SIR_Y0)[None], states])
+        return states[::steps_per_day]
+
+    return sir_model(trajectory, sir_observed())
+
+
+def _seir_data():
+    import seir_time_varying as seir
+
+    return seir.simulate_data(seir.Truth(), seed=1)
+
+
+def seir() -> pm.Model:
+    import seir_time_varying as seir
+
+    return seir.build_model(_seir_data().cases)
+
+
+def seir_wrap_jax() -> pm.Model:
+    import seir_time_varying as seir
+
+    data = _seir_data()
+    ours = seir.build_model(data.cases)
+
+    def states_wrap_jax(log_beta, i0):
+        beta = seir.transmission_rate.__wrapped__(seir.KNOT_TIMES, log_beta)
+        return seir.solve_seir.__wrapped__(
+            beta,
+            i0,
+            seir.DAYS,
+            incubation_rate=seir.INCUBATION_RATE,
+            recovery_rate=seir.RECOVERY_RATE,
+        )
+
+    solve = pytensor.wrap_jax(states_wrap_jax)
+    with pm.Model(coords=ours.coords) as theirs:  # the same model, wrap_jax'd
+        log_beta = pm.GaussianRandomWalk(
+            "log_beta",
+            mu=0.0,
+            sigma=seir.RANDOM_WALK_SIGMA,
+            init_dist=pm.Normal.dist(np.log(0.4), 0.5),
+            steps=seir.N_KNOTS - 1,
+            dims="knot",
+        )
+        i0 = pm.LogNormal("i0", mu=np.log(1e-4), sigma=1.0)
+        alpha = pm.Exponential("alpha", scale=20.0)
+        states = solve(pt.specify_shape(log_beta, (seir.N_KNOTS,)), i0)
+        onsets = seir.POPULATION * pt.diff(states[:, 4])
+        pm.NegativeBinomial(
+            "cases", mu=pt.maximum(onsets, 1e-6), alpha=alpha, observed=data.cases
+        )
+    return theirs
+
+
+MODELS: dict[str, Callable[[], pm.Model]] = {
+    "sir": sir,
+    "sir_wrap_jax": sir_wrap_jax,
+    "sir_pytensor": sir_pytensor,
+    "seir": seir,
+    "seir_wrap_jax": seir_wrap_jax,
+}

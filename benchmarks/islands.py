@@ -1,0 +1,284 @@
+"""JAX islands: a PyMC ``logp_dlogp`` in the default linker against ``mode="JAX"``.
+
+A PyMC model whose ODE is a wrapped JAX function computes its likelihood in
+PyTensor. Without islands, the default (Numba) linker runs the forward op, the
+likelihood and its gradient in Numba, and the pullback as two XLA programs
+glued through the host; the ``jax_islands`` rewrite makes all of it one XLA
+program. Measured side by side in one run, for two models:
+
+* ``sir``: the issue's model: 8 knots of a cubic-interpolated transmission
+  rate (a symbolic callable) inside a diffrax SIR solve (Tsit5 + PID, 50 daily
+  saves), negative-binomial daily cases;
+* ``seir``: the main job's model (``examples/seir_time_varying.py``).
+
+Per call of ``model.logp_dlogp_function()`` at the initial point (medians of
+interleaved batches): default linker with islands, without islands, the C VM
+with islands, ``mode="JAX"`` (the whole model as one XLA program: the target)
+and ``pytensor.wrap_jax`` (one wrapped function for interpolation and solve,
+as a ``wrap_jax`` user writes it) in the default linker. Every candidate is
+first checked to give the same value and gradient.
+
+Also: the compile time (``pytensor.function`` and the first call, which traces
+and compiles XLA) with and without islands; and nutpie (PyMC's default
+sampler, Numba backend) with and without islands, and with its JAX backend:
+wall time of a fixed run and time per gradient evaluation.
+
+Run::
+
+    .venv/bin/python benchmarks/islands.py            # ~10 minutes
+    .venv/bin/python benchmarks/islands.py --quick    # ~4 minutes
+
+Results are printed and written to ``benchmarks/results/islands.md``
+(``islands_quick.md`` with ``--quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+ROOT = Path(__file__).resolve().parents[1]
+if (ROOT / "conftest.py").exists():  # inside the checkout: use its modules
+    sys.path.insert(0, str(ROOT))
+    import conftest  # noqa: F401
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _models  # noqa: E402
+import jax  # noqa: E402
+import nutpie  # noqa: E402
+import pymc as pm  # noqa: E402
+from _timing import (  # noqa: E402
+    Call,
+    format_ratio,
+    format_seconds,
+    interleaved_medians,
+    machine_header,
+    markdown_table,
+)
+
+import pytensor  # noqa: E402
+import pytensor.compile.mode as pytensor_modes  # noqa: E402
+from pytensor.compile.jax_ofg_island import JaxIsland  # noqa: E402
+
+
+# -------------------------------------------------------------- compiling
+def no_islands(mode: str = "NUMBA"):
+    return pytensor_modes.get_mode(mode).excluding("jax_islands")
+
+
+@contextlib.contextmanager
+def numba_mode_without_islands() -> Iterator[None]:
+    """nutpie compiles with ``mode="NUMBA"``: exclude islands from that mode."""
+    saved = pytensor_modes.predefined_modes["NUMBA"]
+    pytensor_modes.predefined_modes["NUMBA"] = saved.excluding("jax_islands")
+    try:
+        yield
+    finally:
+        pytensor_modes.predefined_modes["NUMBA"] = saved
+
+
+@dataclass
+class Compiled:
+    function: Callable
+    build_seconds: float
+    first_call_seconds: float
+    n_islands: int
+    n_nodes: int
+
+
+def compile_logp_dlogp(model: pm.Model, mode, x: np.ndarray) -> Compiled:
+    start = time.perf_counter()
+    function = model.logp_dlogp_function(ravel_inputs=True, mode=mode)
+    function = function._pytensor_function
+    function.trust_input = True
+    built = time.perf_counter()
+    function(x)
+    first = time.perf_counter()
+    nodes = function.maker.fgraph.apply_nodes
+    return Compiled(
+        function,
+        built - start,
+        first - built,
+        sum(isinstance(n.op, JaxIsland) for n in nodes),
+        len(nodes),
+    )
+
+
+# --------------------------------------------------------------- measuring
+def per_call(name: str, models: dict[str, pm.Model], args) -> tuple[str, dict]:
+    ours, theirs = models["ours"], models["wrap_jax"]
+    point = ours.initial_point()
+    x = np.concatenate([np.ravel(v) for v in point.values()])
+    candidates = {
+        "default, islands": (ours, None),
+        "default, no islands": (ours, no_islands()),
+        "C VM, islands": (ours, "CVM"),
+        'mode="JAX"': (ours, "JAX"),
+        "wrap_jax, default": (theirs, None),
+    }
+    compiled = {
+        label: compile_logp_dlogp(model, mode, x)
+        for label, (model, mode) in candidates.items()
+    }
+    reference = compiled['mode="JAX"'].function(x)
+    for label, c in compiled.items():
+        value, gradient = c.function(x)
+        np.testing.assert_allclose(value, reference[0], rtol=1e-8, err_msg=label)
+        np.testing.assert_allclose(gradient, reference[1], rtol=1e-6, err_msg=label)
+
+    stats = interleaved_medians(
+        {label: Call(c.function, (x,)) for label, c in compiled.items()},
+        repeats=args.repeats,
+        batch_seconds=args.batch_seconds,
+    )
+    target = stats['mode="JAX"'].median
+    wrap = stats["wrap_jax, default"].median
+    rows = [
+        (
+            label,
+            compiled[label].n_islands,
+            format_seconds(s.median, "ms"),
+            f"{100 * s.spread:.0f}%",
+            format_ratio(s.median / target),
+            format_ratio(s.median / wrap),
+        )
+        for label, s in stats.items()
+    ]
+    table = markdown_table(
+        ["linker", "islands", "ms per call", "spread", 'x mode="JAX"', "x wrap_jax"],
+        rows,
+        numeric_from=1,
+    )
+    compile_rows = [
+        (
+            label,
+            compiled[label].n_nodes,
+            format_seconds(compiled[label].build_seconds, "s"),
+            format_seconds(compiled[label].first_call_seconds, "s"),
+        )
+        for label in ("default, islands", "default, no islands", 'mode="JAX"')
+    ]
+    compile_table = markdown_table(
+        ["linker", "nodes", "pytensor.function (s)", "first call (s)"],
+        compile_rows,
+    )
+    text = (
+        f"### {name}: `logp_dlogp` per call\n\n{table}\n\n"
+        f"Compile time (the first call traces and compiles the XLA programs):\n\n"
+        f"{compile_table}\n"
+    )
+    return text, {label: s.median for label, s in stats.items()}
+
+
+def nutpie_run(model: pm.Model, args, **compile_kwargs) -> tuple[float, float, int]:
+    """Wall time of one chain, seconds per gradient evaluation, divergences."""
+    compiled = nutpie.compile_pymc_model(model, **compile_kwargs)
+    start = time.perf_counter()
+    trace = nutpie.sample(
+        compiled,
+        draws=args.draws,
+        tune=args.tune,
+        chains=1,
+        cores=1,
+        seed=1,
+        progress_bar=False,
+    )
+    seconds = time.perf_counter() - start
+    stats = (
+        trace.sample_stats if hasattr(trace, "sample_stats") else trace["sample_stats"]
+    )
+    warmup = (
+        trace.warmup_sample_stats
+        if hasattr(trace, "warmup_sample_stats")
+        else trace["warmup_sample_stats"]
+    )
+    n_gradients = int(stats["n_steps"].sum() + warmup["n_steps"].sum())
+    divergences = int(stats["diverging"].sum())
+    return seconds, seconds / n_gradients, divergences
+
+
+def nutpie_table(name: str, model: pm.Model, args) -> str:
+    runs = {"Numba backend, islands": nutpie_run(model, args)}
+    with numba_mode_without_islands():
+        runs["Numba backend, no islands"] = nutpie_run(model, args)
+    runs["JAX backend"] = nutpie_run(model, args, backend="jax", gradient_backend="jax")
+    target = runs["JAX backend"][1]
+    rows = [
+        (
+            label,
+            format_seconds(seconds, "s"),
+            format_seconds(per_gradient, "ms"),
+            format_ratio(per_gradient / target),
+            divergences,
+        )
+        for label, (seconds, per_gradient, divergences) in runs.items()
+    ]
+    table = markdown_table(
+        ["nutpie", "wall (s)", "ms per gradient", "x JAX backend", "divergences"], rows
+    )
+    return (
+        f"nutpie, one chain, {args.tune} tuning + {args.draws} draws "
+        f"(sampling only; compile excluded):\n\n{table}\n"
+    )
+
+
+# ------------------------------------------------------------------- main
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter runs")
+    parser.add_argument("--models", nargs="+", choices=["sir", "seir"], default=None)
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args(argv)
+    args.models = args.models or ["sir", "seir"]
+    args.repeats = 9 if args.quick else 21
+    args.batch_seconds = 0.1 if args.quick else 0.25
+    args.draws = 100 if args.quick else 300
+    args.tune = 100 if args.quick else 300
+    name = "islands_quick.md" if args.quick else "islands.md"
+    args.output = args.output or ROOT / "benchmarks" / "results" / name
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    versions = {
+        "PyTensor": pytensor.__version__,
+        "JAX": jax.__version__,
+        "PyMC": pm.__version__,
+        "nutpie": nutpie.__version__,
+    }
+    sections = [
+        "# JAX islands: `logp_dlogp` per call and nutpie",
+        "",
+        f"`python benchmarks/islands.py{' --quick' if args.quick else ''}`; "
+        f"medians of {args.repeats} interleaved batches of about "
+        f"{args.batch_seconds} s; spread = interquartile range / median.",
+        "",
+        machine_header(versions),
+        "",
+    ]
+    for name in args.models:
+        models = {
+            "ours": _models.MODELS[name](),
+            "wrap_jax": _models.MODELS[f"{name}_wrap_jax"](),
+        }
+        text, _ = per_call(name, models, args)
+        sections += [text, nutpie_table(name, models["ours"], args), ""]
+        print("\n".join(sections[-3:]), flush=True)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("\n".join(sections))
+    print(f"written to {args.output}")
+
+
+if __name__ == "__main__":
+    main()
