@@ -166,11 +166,12 @@ class JaxHostOp:
         """
         packed, traced_shapes = self._packed()
         packing, note = OutputPacking(self.output_types), self.error_note()
-        copied = (
-            tuple(writable)
-            if writable is not None
-            else (True,) * len(packing.buffer_of)
-        )
+        n_outputs = len(packing.buffer_of)
+        copied = tuple(writable) if writable is not None else (True,) * n_outputs
+        if n_outputs == 1 and packing.static_shapes[0] is not None:
+            return _single_output_call(
+                packed, packing.static_shapes[0], copied[0], note
+            )
         static_plan = (
             None
             if None in packing.static_shapes
@@ -180,6 +181,8 @@ class JaxHostOp:
 
         def plan_for(inputs: Sequence[Any]) -> list[tuple]:
             key = tuple(np.shape(x) for x in inputs)
+            if jax.config.jax_disable_jit:  # ran eagerly just now: other shapes
+                return packing.plan(traced_shapes[key])
             plan = plans.get(key)
             if plan is None:
                 shapes = traced_shapes.get(key)
@@ -191,8 +194,6 @@ class JaxHostOp:
 
         def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
             try:
-                if jax.config.jax_disable_jit:  # run eagerly: shapes may differ
-                    return [np.array(o) for o in self.jax_callable()(*inputs)]
                 buffers = [np.asarray(b) for b in packed(*inputs)]
             except Exception as error:
                 add_note_once(error, note)
@@ -231,6 +232,23 @@ class JaxHostOp:
         thunk.inputs, thunk.outputs, thunk.lazy = inputs, outputs, False
         thunk.perform = self.perform
         return thunk
+
+
+def _single_output_call(
+    packed: Callable, shape: tuple[int, ...], copy: bool, note: str
+) -> Callable[..., list[np.ndarray]]:
+    """The host call of an op with one output of static shape: the common case."""
+
+    def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
+        try:
+            (buffer,) = packed(*inputs)
+            view = np.asarray(buffer).reshape(shape)
+        except Exception as error:
+            add_note_once(error, note)
+            raise
+        return [view.copy() if copy else view]
+
+    return host_call
 
 
 #: Where the rewrite ``jax_ofg_readonly_outputs`` notes, on a node, which of
