@@ -49,30 +49,32 @@ SIR_DAYS = np.arange(31.0)
 SIR_Y0 = np.array([0.99, 0.01])
 
 
-@as_jax_op
-def sir_rate(knot_times, knots):
-    coefficients = diffrax.backward_hermite_coefficients(knot_times, knots)
-    return diffrax.CubicInterpolation(knot_times, coefficients).evaluate
+def interpolate_jax(ts, values):
+    coefficients = diffrax.backward_hermite_coefficients(ts, values)
+    return diffrax.CubicInterpolation(ts, coefficients).evaluate
 
 
-@as_jax_op
-def sir_solve(beta, y0, days, gamma):
-    def vector_field(t, y, args):
+def solve_jax(beta_t, y0, t_out, gamma):
+    def sir(t, y, args):
         s, i = y
-        infections = beta(t) * s * i
+        infections = beta_t(t) * s * i
         return jnp.stack([-infections, infections - gamma * i])
 
     solution = diffrax.diffeqsolve(
-        diffrax.ODETerm(vector_field),
+        diffrax.ODETerm(sir),
         diffrax.Tsit5(),
-        days[0],
-        days[-1],
+        t_out[0],
+        t_out[-1],
         0.1,
         y0,
-        saveat=diffrax.SaveAt(ts=days),
+        saveat=diffrax.SaveAt(ts=t_out),
         stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8),
     )
     return solution.ys
+
+
+sir_rate = as_jax_op(interpolate_jax)
+sir_solve = as_jax_op(solve_jax)
 
 
 def sir_model():

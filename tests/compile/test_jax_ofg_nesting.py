@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _jax_ofg_models import interpolate_jax, solve_jax
 from _linkers import compile_function, jax_op_nodes
 
 import pytensor
@@ -21,30 +22,6 @@ Y0 = np.array([0.99, 0.01])
 
 
 # --- the SIR example, as plain JAX (the reference) and wrapped --------
-def interpolate_jax(ts, values):
-    coefficients = diffrax.backward_hermite_coefficients(ts, values)
-    return diffrax.CubicInterpolation(ts, coefficients).evaluate
-
-
-def solve_jax(beta_t, y0, t_out, gamma):
-    def sir(t, y, args):
-        s, i = y
-        infections = beta_t(t) * s * i
-        return jnp.stack([-infections, infections - gamma * i])
-
-    solution = diffrax.diffeqsolve(
-        diffrax.ODETerm(sir),
-        diffrax.Tsit5(),
-        t_out[0],
-        t_out[-1],
-        0.1,
-        y0,
-        saveat=diffrax.SaveAt(ts=t_out),
-        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8),
-    )
-    return solution.ys
-
-
 interpolate = as_jax_op(interpolate_jax)
 solve = as_jax_op(solve_jax)
 
