@@ -105,11 +105,20 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
     # --------------------------------------------------------------- running
     def jax_callable(self) -> Callable[..., tuple]:
         from pytensor.link.jax.dispatch import jax_funcify
+        from pytensor.link.jax.dispatch.jax_ofg import SharedPullbacks
 
-        inner = jax_funcify(self.fgraph, fgraph_name="jax_island")
+        # An op and its pullback inside share one jax.vjp: one forward pass.
+        pullbacks = SharedPullbacks(self.fgraph.toposort())
+        inner = jax_funcify(
+            self.fgraph,
+            fgraph_name="jax_island",
+            jax_ofg_pullbacks=pullbacks if pullbacks else None,
+        )
         output_types = self.output_types
 
         def jax_island(*inputs: Any) -> tuple:
+            if pullbacks:
+                pullbacks.start_trace()
             outputs = inner(*inputs)
             checked = []
             for k, (output, expected) in enumerate(zip(outputs, output_types)):

@@ -51,7 +51,7 @@ def _merge(
     return values
 
 
-def _vjp(
+def value_and_pullback(
     forward: Callable[..., ArrayTuple],
     wrt: tuple[bool, ...],
     cotangent_outputs: tuple[int, ...],
@@ -72,7 +72,7 @@ def _vjp(
     return outputs, pullback
 
 
-def _cast_cotangents(cotangents: Sequence[Any], dtypes: Sequence[str]) -> tuple:
+def cast_cotangents(cotangents: Sequence[Any], dtypes: Sequence[str]) -> tuple:
     return tuple(jnp.asarray(ct, dtype) for ct, dtype in zip(cotangents, dtypes))
 
 
@@ -93,8 +93,10 @@ class VJPFunction(InnerFunction):
     def __call__(self, *args: Any) -> ArrayTuple:
         n_primals = len(self.wrt)
         primals, cotangents = args[:n_primals], args[n_primals:]
-        _, pullback = _vjp(self.forward, self.wrt, self.cotangent_outputs, primals)
-        return tuple(pullback(_cast_cotangents(cotangents, self.cotangent_dtypes)))
+        _, pullback = value_and_pullback(
+            self.forward, self.wrt, self.cotangent_outputs, primals
+        )
+        return tuple(pullback(cast_cotangents(cotangents, self.cotangent_dtypes)))
 
     def split(
         self, residual_dtypes: tuple[str, ...]
@@ -131,7 +133,9 @@ def _abstract_pullback(vjp: VJPFunction, primals: Sequence[Any]) -> Any:
 
     def pullback(*unique):
         rebuilt = [p if k is None else unique[k] for p, k in zip(primals, index)]
-        return _vjp(vjp.forward, vjp.wrt, vjp.cotangent_outputs, rebuilt)[1]
+        return value_and_pullback(vjp.forward, vjp.wrt, vjp.cotangent_outputs, rebuilt)[
+            1
+        ]
 
     # The forward's residual rebuild traces it once more at every call: once
     # per signature is enough (a shape trace of an ODE solve takes a second).
@@ -235,7 +239,7 @@ class VJPForward(InnerFunction):
             # VJPFromResiduals recompute them.
             empty = (jnp.zeros((0,), dtype) for dtype in self.residual_dtypes)
             return (*self.forward(*primals), *empty)
-        outputs, pullback = _vjp(
+        outputs, pullback = value_and_pullback(
             self.forward, self.wrt, self.cotangent_outputs, primals
         )
         residuals = jax.tree_util.tree_leaves(pullback)
@@ -266,7 +270,7 @@ class VJPFromResiduals(InnerFunction):
             return vjp(*primals, *cotangents)
         residuals = unpack_residuals(vectors, self.residual_dtypes, like)
         pullback = jax.tree_util.tree_unflatten(treedef, residuals)
-        return tuple(pullback(_cast_cotangents(cotangents, vjp.cotangent_dtypes)))
+        return tuple(pullback(cast_cotangents(cotangents, vjp.cotangent_dtypes)))
 
 
 @dataclass(frozen=True)
@@ -284,8 +288,10 @@ class ValueAndVJP(InnerFunction):
         vjp = self.vjp
         n_primals = len(vjp.wrt)
         primals, cotangents = args[:n_primals], args[n_primals:]
-        outputs, pullback = _vjp(vjp.forward, vjp.wrt, vjp.cotangent_outputs, primals)
-        gradients = pullback(_cast_cotangents(cotangents, vjp.cotangent_dtypes))
+        outputs, pullback = value_and_pullback(
+            vjp.forward, vjp.wrt, vjp.cotangent_outputs, primals
+        )
+        gradients = pullback(cast_cotangents(cotangents, vjp.cotangent_dtypes))
         return (*outputs, *gradients)
 
 

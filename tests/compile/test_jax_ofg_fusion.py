@@ -4,10 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _linkers import compile_function, jax_op_nodes
+from _linkers import compile_function, jax_op_nodes, without_islands
 
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
+from pytensor.compile.jax_ofg_island import JaxIsland
 from pytensor.compile.jax_ofg_transforms import (
     VJPForward,
     VJPFromResiduals,
@@ -56,18 +57,24 @@ def reference_cost(x, k):
     return out["energy"] + jnp.sum(out["path"] ** 2)
 
 
+@pytest.mark.parametrize("islands", [True, False], ids=["islands", "no-islands"])
 @pytest.mark.parametrize("shape", [(4,), (None,)], ids=["static", "unknown"])
-def test_value_and_gradient_run_the_body_once(mode, shape):
+def test_value_and_gradient_run_the_body_once(mode, shape, islands):
+    """Between ops, through residuals; inside an island, one shared jax.vjp."""
     counter = BodyCounter()
     x, k = pt.tensor("x", shape=shape), pt.scalar("k")
     out = as_jax_op(make_model(counter))(x, k)
     cost = out["energy"] + (out["path"] ** 2).sum()
+    mode = mode if islands else without_islands(mode)
     f = compile_function([x, k], [cost, *pt.grad(cost, [x, k])], mode)
 
     xv, kv = np.linspace(0.1, 1.0, 4), 1.7
     runs, (value, grad_x, grad_k) = counter.runs(f, xv, kv)
     assert runs == 1
-    assert sorted(op.name for op in jax_ops(f)) == ["model+residuals", "vjp(model)"]
+    in_island = any(isinstance(n.op, JaxIsland) for n in f.maker.fgraph.apply_nodes)
+    assert in_island == (islands and mode not in ("JAX", "FAST_COMPILE"))
+    forward = "model" if in_island else "model+residuals"
+    assert sorted(op.name for op in jax_ops(f)) == [forward, "vjp(model)"]
     want_value, (want_x, want_k) = jax.value_and_grad(reference_cost, (0, 1))(xv, kv)
     np.testing.assert_allclose(value, want_value, rtol=1e-12)
     np.testing.assert_allclose(grad_x, want_x, rtol=1e-12)
@@ -130,11 +137,44 @@ def test_two_gradients_share_the_residuals(host_mode):
     out = as_jax_op(make_model(counter))(x, k)
     first = pt.grad(out["energy"] ** 2, x)
     second = pt.grad(3.0 * out["energy"] ** 2, x)  # another cotangent, same vjp
-    f = compile_function([x, k], [out["energy"], first, second], host_mode)
+    outputs = [out["energy"], first, second]
+    f = compile_function([x, k], outputs, without_islands(host_mode))
     runs, (_, g1, g2) = counter.runs(f, np.array([0.2, 0.4]), 1.5)
     assert runs == 1
     np.testing.assert_allclose(g2, 3 * g1)
     assert [op.name for op in jax_ops(f)].count("model+residuals") == 1
+
+
+@pytest.mark.parametrize(
+    "host_mode", ["CVM", "NUMBA", None], ids=["cvm", "numba", "default"]
+)
+def test_pullbacks_of_other_outputs_and_inputs_share_one_vjp_in_an_island(host_mode):
+    """Pullbacks of one op with different outputs and inputs: one forward pass."""
+    counter = BodyCounter()
+    x, k = pt.vector("x"), pt.scalar("k")
+    out = as_jax_op(make_model(counter))(x, k)
+    by_energy = pt.grad(out["energy"] ** 2, x)
+    by_path = pt.grad((out["path"] ** 2).sum() * out["energy"], [x, k])
+    f = compile_function([x, k], [out["energy"], by_energy, *by_path], host_mode)
+    assert any(isinstance(n.op, JaxIsland) for n in f.maker.fgraph.apply_nodes)
+    assert sorted(op.name for op in jax_ops(f)).count("model") == 1
+    xv, kv = np.array([0.2, 0.4, 0.9]), 1.5
+    runs, (energy, g_energy, g_path_x, g_path_k) = counter.runs(f, xv, kv)
+    assert runs == 1
+
+    def model(x, k):
+        return make_model(BodyCounter())(x, k)
+
+    def cost_path(x, k):
+        out = model(x, k)
+        return jnp.sum(out["path"] ** 2) * out["energy"]
+
+    np.testing.assert_allclose(energy, model(xv, kv)["energy"], rtol=1e-12)
+    want_energy = jax.grad(lambda v: model(v, kv)["energy"] ** 2)(xv)
+    np.testing.assert_allclose(g_energy, want_energy, rtol=1e-12)
+    want_x, want_k = jax.grad(cost_path, (0, 1))(xv, kv)
+    np.testing.assert_allclose(g_path_x, want_x, rtol=1e-12)
+    np.testing.assert_allclose(g_path_k, want_k, rtol=1e-12)
 
 
 def test_fusion_through_nesting(mode):
@@ -257,7 +297,7 @@ def test_residuals_of_several_dtypes_with_unknown_shapes(host_mode):
     assert len(found) > 1
 
     cost = y**2  # the cotangent needs the value: residuals
-    g = compile_function([x], [cost, pt.grad(cost, x)], host_mode)
+    g = compile_function([x], [cost, pt.grad(cost, x)], without_islands(host_mode))
     assert len(jax_ops(g)) == 2 and "+residuals" in str(jax_ops(g))
     for n in (5, 9):
         xv = np.linspace(0.0, 1.0, n)

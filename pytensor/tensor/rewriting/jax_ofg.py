@@ -37,10 +37,16 @@ from pytensor.graph.rewriting.basic import (
     GraphRewriter,
     copy_stack_trace,
     dfs_rewriter,
+    get_active_mode,
     node_rewriter,
 )
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.blockwise import Blockwise, vectorize_node_fallback
+from pytensor.tensor.rewriting.jax_ofg_islands import (
+    find_islands,
+    islands_enabled,
+    joins_islands,
+)
 from pytensor.tensor.shape import shape_padleft
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorConstant
@@ -216,6 +222,10 @@ def fuse_value_and_vjp(fgraph, node: Apply) -> dict | None:
     elif forward is not None and not _depends_on(cotangents, forward.outputs):
         # The cotangents are known before the forward runs: one program.
         return _value_and_vjp(forward, node)
+    elif forward is not None and shares_an_island(fgraph, forward, node):
+        # Both will be lowered in one XLA program, sharing one jax.vjp
+        # (SharedPullbacks): no residuals to trace for, nor to pack.
+        return None
     elif forward is not None:
         forward_op: OpFromJax = forward.op
         try:
@@ -260,6 +270,16 @@ def fuse_value_and_vjp(fgraph, node: Apply) -> dict | None:
     copy_stack_trace(node.outputs, gradients)
     replacements.update(zip(node.outputs, gradients))
     return replacements
+
+
+def shares_an_island(fgraph, forward: Apply, backward: Apply) -> bool:
+    """Whether the ``jax_islands`` rewrite will put both nodes in one island."""
+    if not islands_enabled(get_active_mode(fgraph)):
+        return False
+    nodes = fgraph.toposort()
+    seeds = [isinstance(n.op, OpFromJax) for n in nodes]
+    islands = find_islands(nodes, map(joins_islands, nodes), seeds)
+    return any(forward in island and backward in island for island in islands)
 
 
 # ------------------------------------------------------ baked constants
@@ -375,13 +395,14 @@ optdb.register(
     "fast_compile",
     position=48.5,
 )
-# After value+grad fusion, which matches the ops' functions as they were.
+# After value+grad fusion, which matches the ops' functions as they were, and
+# after islands, inside which constants are part of the XLA program anyway.
 optdb.register(
     "jax_ofg_bake_constant_inputs",
     dfs_rewriter(bake_constant_inputs, ignore_newtrees=True),
     "fast_run",
     "fast_compile",
-    position=48.7,
+    position=48.97,
 )
 # Last: the graph is final (in-place rewrites are at 50-110).
 optdb.register(

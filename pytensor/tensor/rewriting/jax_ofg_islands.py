@@ -36,13 +36,14 @@ from pytensor.compile.mode import optdb
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, get_active_mode
+from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.link.jax.linker import JAXLinker
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.type import TensorType
 
 
-__all__ = ["find_islands", "form_jax_islands", "joins_islands"]
+__all__ = ["find_islands", "form_jax_islands", "islands_enabled", "joins_islands"]
 
 
 def joins_islands(node: Apply) -> bool:
@@ -183,6 +184,18 @@ def island_boundary(
         if any(client not in inside for client, _ in fgraph.clients[out])
     ]
     return list(inputs), outputs
+
+
+def islands_enabled(mode) -> bool:
+    """Whether compiling with ``mode`` runs this rewrite."""
+    if isinstance(mode.linker, JAXLinker):
+        return False
+    query = mode.provided_optimizer
+    if not isinstance(query, RewriteDatabaseQuery):
+        return False
+    return "fast_run" in query.include and not (
+        {ISLANDS_REWRITE, "fusion"} & set(query.exclude)
+    )
 
 
 class FormJaxIslands(GraphRewriter):
