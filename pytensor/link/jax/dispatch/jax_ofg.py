@@ -17,7 +17,7 @@ def jax_funcify_OpFromJax(op: OpFromJax, node=None, **kwargs):
         try:
             return op.traced_fn(*inputs)
         except Exception as error:
-            add_note_once(error, f"{TRACED_FUNCTION_NOTE}{op}.")
+            add_note_once(error, f"{TRACED_FUNCTION_NOTE}{op}.{op.traced_note()}")
             raise
 
     if len(op.output_types) == 1:
