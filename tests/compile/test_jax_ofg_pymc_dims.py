@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pymc as pm
 import pytest
-from _linkers import compile_function
+from _linkers import compile_function, jax_op_nodes, without_islands
 
 import pytensor
 import pytensor.compile.jax_ofg_shapes as jax_ofg_shapes
@@ -253,6 +253,42 @@ def test_new_lengths_get_their_own_trace():
     assert ops[5] is not ops[8]
     model.set_dim("knot", 5, coord_values=np.arange(5))
     assert five_or_eight(k).owner.op is ops[5]
+
+
+def test_value_and_gradient_of_a_pinned_function_share_one_forward_pass(mode):
+    """The residual rewrite traces the VJP at the lengths the op was traced at."""
+    calls = []
+
+    @as_jax_op
+    def weighted(knot_times, knots):
+        jax.debug.callback(lambda: calls.append(1))
+        return jnp.sin(knot_times * knots)
+
+    with knot_model() as model:
+        k = pm.Normal("k", 0, 1, dims="knot")
+        out = weighted(KNOT_TIMES, k)
+    cost = (out**2).sum()  # the cotangent needs the value: residuals
+    cost, gradient = in_values(model, cost, pt.grad(cost, k))
+    f = compile_function(
+        [model.rvs_to_values[k]], [cost, gradient], without_islands(mode)
+    )
+    knots = RNG.normal(size=8)
+    f(knots)
+    jax.effects_barrier()
+    calls.clear()
+    value, grad = f(knots)
+    jax.effects_barrier()
+    assert len(calls) == 1
+    if mode != "JAX":
+        names = sorted(n.op.name for n in jax_op_nodes(f))
+        assert [name.split("(")[0] for name in names] == ["vjp", "weighted"]
+        assert names[1].endswith("+residuals")
+
+    def direct(k):
+        return jnp.sum(jnp.sin(KNOT_TIMES * k) ** 2)
+
+    np.testing.assert_allclose(value, direct(knots), rtol=1e-12)
+    np.testing.assert_allclose(grad, jax.grad(direct)(knots), rtol=1e-12)
 
 
 # =========================================== 3. one symbol per shared dimension
