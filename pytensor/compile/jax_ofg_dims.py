@@ -144,8 +144,8 @@ def is_computable(graph: Variable) -> bool:
     model, a random draw or a wrapped function.
     """
     for root in graph_inputs([graph]):
-        if not isinstance(root, Constant | SharedVariable) or not isinstance(
-            root.type, TensorType
+        if not isinstance(root, Constant) and not (
+            isinstance(root, SharedVariable) and isinstance(root.type, TensorType)
         ):
             return False
     for node in toposort([graph]):
@@ -158,11 +158,14 @@ def is_computable(graph: Variable) -> bool:
 
 
 def _small_integer(variable: Variable) -> bool:
-    variable_type = variable.type
+    """An integer tensor or scalar (a Subtensor index) of at most one dim."""
+    dtype = getattr(variable.type, "dtype", "")
+    ndim = getattr(variable.type, "ndim", None)
     return (
-        isinstance(variable_type, TensorType)
-        and variable_type.dtype.startswith(("int", "uint"))
-        and variable_type.ndim <= 1
+        isinstance(dtype, str)
+        and dtype.startswith(("int", "uint"))
+        and ndim is not None
+        and ndim <= 1
     )
 
 

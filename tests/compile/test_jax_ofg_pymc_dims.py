@@ -83,6 +83,23 @@ def test_issue_example_values_and_gradients_every_linker(mode):
     )
 
 
+def test_random_walk_over_dims_is_traced_at_the_knot_length():
+    """The SEIR example's prior: its shape graph indexes with scalar constants."""
+    with knot_model() as model:
+        log_beta = pm.GaussianRandomWalk(
+            "log_beta", sigma=0.5, init_dist=pm.Normal.dist(0, 1), steps=7, dims="knot"
+        )
+        daily = rate(KNOT_TIMES, log_beta)(pt.as_tensor(T_OUT))
+    assert daily.type.shape == (5,)
+    assert daily.owner.op.traced_sizes == {"s0_0": 8}
+    (daily_v,) = in_values(model, daily)
+    knots = RNG.normal(size=8)
+    np.testing.assert_allclose(
+        pytensor.function([model.rvs_to_values[log_beta]], daily_v)(knots),
+        rate_jax(KNOT_TIMES, knots)(T_OUT),
+    )
+
+
 def test_shared_length_without_pymc_is_traced_at_its_current_size():
     n = pytensor.shared(8, name="n")
     offset = pt.vector("offset", shape=(1,))
