@@ -107,12 +107,12 @@ class OpFromJax(JaxHostOp, Op):
     output_dims
         For :meth:`infer_shape`: per output, per dim, a static size or an
         expression over input dims named ``s{input}_{dim}`` (``"2*s0_0"``).
-        Defaults to the static dims of ``output_types``. Computed outputs are
-        checked against them.
+        Defaults to the static dims of ``output_types``.
     traced_sizes
         When the output types were found by tracing at the lengths some
         input dims had when the graph was built (symbolic tracing failed):
-        those lengths, by symbol (``{"s1_0": 8}``). Named in errors.
+        those lengths, by symbol (``{"s1_0": 8}``). Named in errors; computed
+        outputs are then checked against ``output_dims``.
 
     Examples
     --------
@@ -248,10 +248,12 @@ class OpFromJax(JaxHostOp, Op):
                     "declared type or pass matching `output_types=`."
                     + self._changed_sizes_note(input_shapes)
                 )
-            contradicted = contradicted_dim(
+            # Dims from one trace at the current lengths are taken, not
+            # proven: check them (symbolic traces prove theirs).
+            contradicted = self.traced_sizes and contradicted_dim(
                 self.output_dims[k], output.shape, input_shapes
             )
-            if contradicted is not None:
+            if contradicted:
                 dim, size = contradicted
                 raise TypeError(
                     f"Output {k} of the JAX function {self.name!r} has shape "
