@@ -247,9 +247,7 @@ def build_model(observed_cases: np.ndarray | None = None) -> pm.Model:
         alpha = pm.Exponential("alpha", scale=20.0)
         pm.Deterministic("beta_knots", pt.exp(log_beta), dims="knot")
 
-        # `dims` give `log_beta` a length known only when the model runs; the
-        # interpolation needs it when the op is built, so state it.
-        beta = transmission_rate(KNOT_TIMES, pt.specify_shape(log_beta, (N_KNOTS,)))
+        beta = transmission_rate(KNOT_TIMES, log_beta)
         # A symbolic callable can also be called directly with tensors.
         pm.Deterministic("beta_daily", beta(pt.as_tensor(DAYS)), dims="time")
 

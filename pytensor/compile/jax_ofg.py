@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +43,7 @@ except ImportError as _error:  # pragma: no cover - exercised in a subprocess te
 import pytensor.tensor as pt
 from pytensor import config
 from pytensor.compile.jax_ofg_cache import configure_xla_cache
+from pytensor.compile.jax_ofg_dims import InputDims, input_dims
 from pytensor.compile.jax_ofg_functions import (
     INPUT,
     FlatJaxFunction,
@@ -57,7 +57,10 @@ from pytensor.compile.jax_ofg_host import BoundedCache, JaxHostOp
 from pytensor.compile.jax_ofg_shapes import (
     OutputDims,
     ShapeInferenceError,
+    contradicted_dim,
+    describe_symbol,
     dim_to_tensor,
+    sizes_by_symbol,
     symbol_name,
     trace_output_types,
 )
@@ -65,7 +68,7 @@ from pytensor.compile.jax_ofg_transforms import JVPFunction, VJPFunction
 from pytensor.gradient import DisconnectedType, disconnected_type
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.op import Op
-from pytensor.tensor.basic import _as_tensor_variable, infer_static_shape
+from pytensor.tensor.basic import _as_tensor_variable
 from pytensor.tensor.exceptions import ShapeError
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
@@ -105,6 +108,11 @@ class OpFromJax(JaxHostOp, Op):
         For :meth:`infer_shape`: per output, per dim, a static size or an
         expression over input dims named ``s{input}_{dim}`` (``"2*s0_0"``).
         Defaults to the static dims of ``output_types``.
+    traced_sizes
+        When the output types were found by tracing at the lengths some
+        input dims had when the graph was built (symbolic tracing failed):
+        those lengths, by symbol (``{"s1_0": 8}``). Named in errors; computed
+        outputs are then checked against ``output_dims``.
 
     Examples
     --------
@@ -136,6 +144,7 @@ class OpFromJax(JaxHostOp, Op):
         name: str | None = None,
         *,
         output_dims: OutputDims | None = None,
+        traced_sizes: Mapping[str, int] | None = None,
     ):
         if isinstance(output_types, TensorType):
             output_types = [output_types]
@@ -154,6 +163,7 @@ class OpFromJax(JaxHostOp, Op):
         if output_dims is None:
             output_dims = tuple(tuple(t.shape) for t in self.output_types)
         self.output_dims = output_dims
+        self.traced_sizes = dict(traced_sizes or {})
         super().__init__()
 
     def __hash__(self) -> int:
@@ -224,6 +234,7 @@ class OpFromJax(JaxHostOp, Op):
                 f"but the op declares {len(self.output_types)} outputs "
                 f"({_describe_types(self.output_types)})."
             )
+        input_shapes = [tuple(a.shape) for a in arrays]
         for k, (output, expected) in enumerate(zip(outputs, self.output_types)):
             shape_ok = len(output.shape) == expected.ndim and all(
                 s is None or s == d for s, d in zip(expected.shape, output.shape)
@@ -235,14 +246,64 @@ class OpFromJax(JaxHostOp, Op):
                     f"but the op declares {expected} (dtype {expected.dtype}, "
                     f"shape {expected.shape}). Make the function return the "
                     "declared type or pass matching `output_types=`."
+                    + self._changed_sizes_note(input_shapes)
+                )
+            # Dims from one trace at the current lengths are taken, not
+            # proven: check them (symbolic traces prove theirs).
+            contradicted = self.traced_sizes and contradicted_dim(
+                self.output_dims[k], output.shape, input_shapes
+            )
+            if contradicted:
+                dim, size = contradicted
+                raise TypeError(
+                    f"Output {k} of the JAX function {self.name!r} has shape "
+                    f"{tuple(output.shape)}, but its dim {dim} was inferred, "
+                    f"when the graph was built, to be {self.output_dims[k][dim]}"
+                    f" = {size} for these inputs (shapes "
+                    f"{', '.join(map(str, input_shapes))}). Pass `output_types=` "
+                    "to `as_jax_op`." + self._changed_sizes_note(input_shapes)
                 )
         return outputs
+
+    def _changed_sizes_note(self, input_shapes: Sequence[tuple]) -> str:
+        """Names the input dims whose length changed since the types were traced."""
+        now = {
+            symbol_name(i, j): d
+            for i, shape in enumerate(input_shapes)
+            for j, d in enumerate(shape)
+        }
+        changed = [
+            f"{describe_symbol(symbol)} was {size}, is {now[symbol]}"
+            for symbol, size in self.traced_sizes.items()
+            if now.get(symbol, size) != size
+        ]
+        if not changed:
+            return ""
+        return (
+            " Its types were found by tracing it at the lengths its inputs had "
+            f"when the graph was built, which changed ({'; '.join(changed)}): "
+            "build the graph again after changing them."
+        )
 
     def jax_callable(self) -> Callable[..., tuple]:
         return self.traced_fn
 
     def error_note(self) -> str:
-        return f"Raised by the JAX function wrapped in {self}."
+        return f"Raised by the JAX function wrapped in {self}." + self.traced_note()
+
+    def traced_note(self) -> str:
+        """When the types hold only at traced lengths: says so, naming the dims."""
+        if not self.traced_sizes:
+            return ""
+        sizes = "; ".join(
+            f"{describe_symbol(symbol)}: {size}"
+            for symbol, size in self.traced_sizes.items()
+        )
+        return (
+            " Its output types were found by tracing it at the lengths its "
+            f"inputs had when the graph was built ({sizes}); other lengths "
+            "may not work."
+        )
 
     # ------------------------------------------------------------------ shapes
     def infer_shape(self, node: Apply, input_shapes) -> list:
@@ -300,6 +361,7 @@ class OpFromJax(JaxHostOp, Op):
             [t for t, w in zip(self.input_types, wrt) if w],
             name=f"vjp({self.describe()})",
             output_dims=tuple(self._input_dims(i) for i, w in enumerate(wrt) if w),
+            traced_sizes=self.traced_sizes,
         )
         cotangent_values = [
             t.filter_variable(pt.cast(cotangents[k], t.dtype))
@@ -327,6 +389,7 @@ class OpFromJax(JaxHostOp, Op):
             [self.output_types[k] for k in tangent_outputs],
             name=f"jvp({self.describe()})",
             output_dims=tuple(self.output_dims[k] for k in tangent_outputs),
+            traced_sizes=self.traced_sizes,
         )
         tangent_values = [
             t.filter_variable(pt.cast(tangent, t.dtype))
@@ -560,17 +623,25 @@ class JaxOpWrapper:
         inputs, specs = self._inputs_and_leaf_specs(leaves)
         flat = FlatJaxFunction(self.fn, treedef, specs, name=self.name)
         input_types = tuple(v.type for v in inputs)
-        known_shapes = tuple(_known_shape(v) for v in inputs)
+        dims = input_dims(inputs)
 
-        op = self._ops.get(
-            (flat, input_types, known_shapes),
-            lambda: self._build_op(flat, input_types, known_shapes, args, kwargs),
-        )
+        def build() -> OpFromJax:
+            return self._build_op(flat, input_types, dims, args, kwargs)
+
+        key = (flat, input_types, dims.key)
+        op = self._ops.get(key, build)
+        if op.traced_sizes:
+            # Its types hold at the lengths it was traced with: other current
+            # lengths (a new model, `set_dim`) get their own trace.
+            sizes = sizes_by_symbol(dims, dims.current_sizes())
+            if sizes != op.traced_sizes:
+                op = self._ops.get((*key, tuple(sorted(sizes.items()))), build)
         flat = op.fn
         outputs = op(*inputs, return_list=True) if op.output_types else []
         return _rebuild_outputs(flat, outputs, inputs)
 
-    def _build_op(self, flat, input_types, known_shapes, args, kwargs) -> OpFromJax:
+    def _build_op(self, flat, input_types, dims: InputDims, args, kwargs) -> OpFromJax:
+        traced_sizes: Mapping[str, int] = {}
         if self.output_types is not None:
             layout, output_types, output_dims = self._explicit_types(args, kwargs)
         else:
@@ -581,14 +652,18 @@ class JaxOpWrapper:
                     f"({_describe_types(input_types)})"
                 )
 
-            traced = trace_output_types(
-                flat.trace, input_types, known_shapes, describe_call
-            )
+            traced = trace_output_types(flat.trace, input_types, dims, describe_call)
             layout = traced.layout
             output_types, output_dims = traced.output_types, traced.output_dims
+            traced_sizes = traced.traced_sizes
         flat = FlatJaxFunction(flat.fn, flat.treedef, flat.leaves, flat.name, layout)
         return OpFromJax(
-            flat, input_types, output_types, name=self.name, output_dims=output_dims
+            flat,
+            input_types,
+            output_types,
+            name=self.name,
+            output_dims=output_dims,
+            traced_sizes=traced_sizes,
         )
 
     def _explicit_types(self, args, kwargs):
@@ -605,26 +680,6 @@ class JaxOpWrapper:
                 )
         layout = OutputLayout(treedef, ("array",) * len(types), (), declared=True)
         return layout, tuple(types), tuple(tuple(t.shape) for t in types)
-
-
-_known_shapes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _known_shape(variable: TensorVariable) -> tuple[int | None, ...]:
-    """The static shape, refined by PyTensor's static shape inference.
-
-    Memoized per variable: the inference is a rewrite pass over the
-    variable's shape graph, too slow to repeat at every call.
-    """
-    shape = variable.type.shape
-    if None not in shape:
-        return shape
-    known = _known_shapes.get(variable)
-    if known is None:
-        _, inferred = infer_static_shape(variable.shape)
-        known = tuple(s if s is not None else i for s, i in zip(shape, inferred))
-        _known_shapes[variable] = known
-    return known
 
 
 def _rebuild_outputs(

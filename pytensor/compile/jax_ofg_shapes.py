@@ -1,26 +1,36 @@
 """Output types of a JAX function, found by tracing it, never by running the graph.
 
-The steps, in order (each only when the one before cannot answer):
+What PyTensor knows about the input dims comes first (see
+:mod:`pytensor.compile.jax_ofg_dims`). Then, in order (each step only when
+the one before cannot answer):
 
 1. Input dims that are static in the PyTensor types, or that PyTensor's static
    shape inference proves constant, are traced as they are.
 2. Unknown dims are traced as JAX *symbolic* dimensions, one symbol per input
-   dim, named ``s{input}_{dim}``. Output dims come back as integers or as
-   expressions over those symbols (``2*s0_0``, ``min(s0_0, 3)``); the
-   expressions let :meth:`OpFromJax.infer_shape` give output shapes in terms of
-   input shapes.
+   dim, named ``s{input}_{dim}``; dims that PyTensor's shape graphs prove
+   equal (two PyMC variables over the same ``dims`` entry) share the symbol
+   of the first. Output dims come back as integers or as expressions over
+   those symbols (``2*s0_0``, ``min(s0_0, 3)``); the expressions let
+   :meth:`OpFromJax.infer_shape` give output shapes in terms of input shapes.
    JAX assumes symbolic dims are at least 1, so the expressions are clamped
    at 0 and checked against one more trace with every unknown dim set to 0;
    an expression that disagrees there is dropped (the dim is then read off
    the computed output at run time).
-3. Some JAX code needs concrete sizes. It is then traced with every unknown
-   dim set to each of several stand-in sizes: output dims equal in all the
-   traces that succeed (at least two) are static, the others unknown.
-4. Otherwise a :class:`ShapeInferenceError` says what to do.
-
-Non-array outputs are returned to the caller as they were when traced, so an
-output that depends on input sizes (``x.shape[0]``) must be an array: that is
-an error here rather than a silently frozen value.
+3. Some JAX code needs concrete sizes. It is then traced with the unknown
+   dims whose lengths PyTensor can compute from constants and shared
+   variables (PyMC's ``dim_lengths``, ``pm.Data`` shapes) at their *current*
+   lengths, and with every unknown dim set to each of several stand-in
+   sizes. Output dims equal in all the traces that succeed (at least two)
+   are static, the others unknown.
+   When only the current lengths trace, the function itself pins them (an
+   interpolation of knot values at fixed knot times): it cannot run at any
+   other length, so that trace's output dims hold whenever it runs. An output
+   dim equal to a current length is then that input dim (an expression, not a
+   static size), and the op records the lengths it was traced at: a graph
+   built at other lengths is traced again, and a computed output that
+   contradicts its dims is a clear error naming the function and the dim.
+4. Otherwise a :class:`ShapeInferenceError` names the inputs of unknown size
+   (by PyMC ``dims`` and current lengths), what was tried, and what to do.
 """
 
 from __future__ import annotations
@@ -30,8 +40,8 @@ import functools
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -39,6 +49,10 @@ from jax import export as jax_export
 
 from pytensor.compile.jax_ofg_functions import OutputLayout, static_key
 from pytensor.tensor.type import TensorType
+
+
+if TYPE_CHECKING:
+    from pytensor.compile.jax_ofg_dims import InputDims
 
 
 #: The stand-in sizes of step 3: a small one (to tell ``min(n, k)`` from
@@ -76,17 +90,29 @@ def symbol_name(input_index: int, dim: int) -> str:
     return f"s{input_index}_{dim}"
 
 
-def symbolic_shapes(shapes: Sequence[tuple]) -> list[tuple]:
-    """The shapes with every unknown (None) dim a JAX symbol named by :func:`symbol_name`."""
+def symbolic_shapes(
+    shapes: Sequence[tuple], same_as: Sequence[tuple] | None = None
+) -> list[tuple]:
+    """The shapes with every unknown (None) dim a JAX symbol named by :func:`symbol_name`.
+
+    ``same_as`` (see :class:`~pytensor.compile.jax_ofg_dims.InputDims`) gives
+    dims proven equal one symbol, named after the first of them.
+    """
     unknown = [
         (i, j) for i, s in enumerate(shapes) for j, d in enumerate(s) if d is None
     ]
     if not unknown:
         return [tuple(shape) for shape in shapes]
-    names = ", ".join(symbol_name(i, j) for i, j in unknown)
-    symbol_of = dict(zip(unknown, jax_export.symbolic_shape(names)))
+    rep = {p: same_as[p[0]][p[1]] or p for p in unknown} if same_as else {}
+    names = list(dict.fromkeys(rep.get(p, p) for p in unknown))
+    symbols = dict(
+        zip(names, jax_export.symbolic_shape(", ".join(symbol_name(*p) for p in names)))
+    )
     return [
-        tuple(symbol_of.get((i, j), d) for j, d in enumerate(shape))
+        tuple(
+            symbols[rep.get((i, j), (i, j))] if d is None else d
+            for j, d in enumerate(shape)
+        )
         for i, shape in enumerate(shapes)
     ]
 
@@ -147,9 +173,16 @@ class TraceResult:
     #: (see :func:`symbol_name`), or None when only the runtime knows it.
     output_dims: OutputDims
     layout: OutputLayout
+    #: The current lengths (by symbol) the result was found with, when it
+    #: depends on them (symbolic tracing failed); empty otherwise.
+    traced_sizes: Mapping[str, int] = field(default_factory=dict)
 
 
 TraceFunction = Callable[..., tuple[list[Any], OutputLayout]]
+
+# Labels of the traces, in error messages.
+_CURRENT = "the current lengths"
+_STAND_IN = "stand-in size "
 
 
 def _eval_shape(
@@ -167,19 +200,42 @@ def _eval_shape(
     return outputs, found["layout"]
 
 
+@dataclass
+class _Attempt:
+    """One trace of the function: with which shapes, and what came out."""
+
+    label: str
+    shapes: list[tuple]
+    dims: OutputDims = ()
+    dtypes: tuple[str, ...] = ()
+    layout: OutputLayout | None = None
+    error: Exception | None = None
+
+
+def _attempt(
+    label: str, trace: TraceFunction, shapes: list[tuple], dtypes: Sequence[str]
+) -> _Attempt:
+    try:
+        outputs, layout = _eval_shape(trace, shapes, dtypes)
+    except Exception as error:  # JAX code that needs other (concrete) sizes
+        return _Attempt(label, shapes, error=error)
+    dims = tuple(_symbolic_dims(out.shape) for out in outputs)
+    dtypes = tuple(np.dtype(out.dtype).name for out in outputs)
+    return _Attempt(label, shapes, dims, dtypes, layout)
+
+
 def _result(
-    outputs: Sequence[jax.ShapeDtypeStruct],
-    layout: OutputLayout,
+    attempt: _Attempt,
     dims: OutputDims,
+    traced_sizes: Mapping[str, int] | None = None,
 ) -> TraceResult:
     types = tuple(
         TensorType(
-            np.dtype(out.dtype).name,
-            shape=tuple(d if isinstance(d, int) else None for d in out_dims),
+            dtype, shape=tuple(d if isinstance(d, int) else None for d in out_dims)
         )
-        for out, out_dims in zip(outputs, dims)
+        for dtype, out_dims in zip(attempt.dtypes, dims)
     )
-    return TraceResult(types, dims, layout)
+    return TraceResult(types, dims, attempt.layout, dict(traced_sizes or {}))
 
 
 def _symbolic_dims(shape: tuple) -> tuple[int | str, ...]:
@@ -189,7 +245,7 @@ def _symbolic_dims(shape: tuple) -> tuple[int | str, ...]:
 def trace_output_types(
     trace: TraceFunction,
     input_types: Sequence[TensorType],
-    known_shapes: Sequence[tuple[int | None, ...]],
+    dims: InputDims,
     describe_call: Callable[[], str],
 ) -> TraceResult:
     """Find the output types of ``trace`` for inputs of ``input_types``.
@@ -200,59 +256,120 @@ def trace_output_types(
         Takes one array per input; returns the output leaves and layout.
     input_types
         The input types (their dtypes are used).
-    known_shapes
-        The input shapes as far as they are known (static type shape refined
-        by PyTensor's static shape inference); None marks an unknown dim.
+    dims
+        The input dims as far as PyTensor knows them: static lengths, dims
+        proven equal, and which unknown lengths can be computed now.
     describe_call
         Names the function and its inputs in error messages.
     """
     dtypes = [t.dtype for t in input_types]
-    unknown = [
-        (i, j)
-        for i, shape in enumerate(known_shapes)
-        for j, dim in enumerate(shape)
-        if dim is None
-    ]
-    if not unknown:
-        try:
-            outputs, layout = _eval_shape(trace, known_shapes, dtypes)
-        except Exception as error:
-            raise _tracing_error(error, describe_call, known_shapes) from error
-        dims = tuple(tuple(int(d) for d in out.shape) for out in outputs)
-        return _result(outputs, layout, dims)
+    known = dims.shapes
+    if not dims.unknown:
+        attempt = _attempt("static shapes", trace, list(known), dtypes)
+        if attempt.error is not None:
+            raise _inference_error([attempt], dims, {}, describe_call)
+        return _result(attempt, attempt.dims)
 
-    try:
-        outputs, layout = _eval_shape(trace, symbolic_shapes(known_shapes), dtypes)
-    except Exception as error:
-        # JAX code that needs concrete sizes: fall back to stand-in sizes.
-        symbolic_error = error
-    else:
-        _check_statics_are_size_independent([layout], describe_call)
-        dims = tuple(_symbolic_dims(out.shape) for out in outputs)
-        dims = _checked_at_zero(dims, trace, known_shapes, dtypes)
-        return _result(outputs, layout, dims)
-
-    traces, errors = [], []
-    for size in STAND_IN_SIZES:
-        shapes = stand_in_shapes(known_shapes, size)
-        try:
-            traces.append(_eval_shape(trace, shapes, dtypes))
-        except Exception as error:
-            errors.append((error, shapes))
-    if len(traces) < 2:
-        error, shapes = errors[-1]
-        error.__context__ = symbolic_error
-        raise _tracing_error(error, describe_call, shapes) from error
-    _check_statics_are_size_independent([layout for _, layout in traces], describe_call)
-    all_outputs = [outputs for outputs, _ in traces]
-    dims = tuple(
-        tuple(
-            int(sizes[0]) if len(set(sizes)) == 1 else None
-            for sizes in zip(*(out.shape for out in same_output), strict=True)
-        )
-        for same_output in zip(*all_outputs, strict=True)
+    symbolic = _attempt(
+        "symbolic dims", trace, symbolic_shapes(known, dims.same_as), dtypes
     )
-    return _result(all_outputs[0], traces[0][1], dims)
+    if symbolic.error is None:
+        _check_statics_are_size_independent([symbolic.layout], describe_call)
+        output_dims = _checked_at_zero(symbolic.dims, trace, known, dtypes)
+        return _result(symbolic, output_dims)
+
+    return _fallback_result(symbolic, trace, dims, dtypes, describe_call)
+
+
+def _fallback_result(
+    symbolic: _Attempt,
+    trace: TraceFunction,
+    dims: InputDims,
+    dtypes: Sequence[str],
+    describe_call: Callable[[], str],
+) -> TraceResult:
+    """Step 3: the current lengths and stand-in sizes (symbolic tracing failed)."""
+    known = dims.shapes
+    current = dims.current_sizes()
+    attempts = [symbolic]
+    if current:
+        # Unknown dims PyTensor cannot compute stay symbolic.
+        at_current = _with_sizes(known, dims.same_as, current)
+        attempts.append(
+            _attempt(_CURRENT, trace, symbolic_shapes(at_current, dims.same_as), dtypes)
+        )
+    attempts += [
+        _attempt(f"{_STAND_IN}{size}", trace, stand_in_shapes(known, size), dtypes)
+        for size in STAND_IN_SIZES
+    ]
+    traced = [a for a in attempts[1:] if a.error is None]
+    traced_sizes = sizes_by_symbol(dims, current)
+    if current and traced == [attempts[1]]:
+        # Only the current lengths trace: the function pins them.
+        (only,) = traced
+        _check_statics_are_size_independent([only.layout], describe_call)
+        output_dims = _checked_at_zero(only.dims, trace, at_current, dtypes)
+        output_dims = _pinned_dims(
+            output_dims, {symbol_name(*p): n for p, n in current.items()}
+        )
+        return _result(only, output_dims, traced_sizes)
+    if len(traced) < 2:
+        raise _inference_error(attempts, dims, current, describe_call)
+    _check_statics_are_size_independent([a.layout for a in traced], describe_call)
+    output_dims = tuple(
+        tuple(
+            sizes[0] if isinstance(sizes[0], int) and len(set(sizes)) == 1 else None
+            for sizes in zip(*same_output, strict=True)
+        )
+        for same_output in zip(*(a.dims for a in traced), strict=True)
+    )
+    return _result(traced[0], output_dims, traced_sizes)
+
+
+def sizes_by_symbol(
+    dims: InputDims, current: Mapping[tuple[int, int], int]
+) -> dict[str, int]:
+    """The current lengths of every unknown input dim that has one, by symbol."""
+    sizes = {}
+    for i, j in dims.unknown:
+        rep = dims.same_as[i][j]
+        if rep in current:
+            sizes[symbol_name(i, j)] = current[rep]
+    return sizes
+
+
+def _with_sizes(
+    shapes: Sequence[tuple],
+    same_as: Sequence[tuple],
+    sizes: Mapping[tuple[int, int], int],
+) -> list[tuple]:
+    """The shapes with unknown dims whose representative has a size set to it."""
+    return [
+        tuple(sizes.get(rep, d) if d is None else d for d, rep in zip(shape, reps))
+        for shape, reps in zip(shapes, same_as)
+    ]
+
+
+def _pinned_dims(dims: OutputDims, rep_sizes: Mapping[str, int]) -> OutputDims:
+    """Output dims of a function that traces only at the current lengths.
+
+    An output dim equal to the current length of one (class of equal) input
+    dims is taken to be that length: an expression, checked at run time,
+    not a static size that a new length would make wrong. Equal to several,
+    it is left to the run time. ``rep_sizes`` maps each class's symbol to
+    its current length.
+    """
+    symbols_of: dict[int, list[str]] = {}
+    for symbol, size in rep_sizes.items():
+        symbols_of.setdefault(size, []).append(symbol)
+
+    def pinned(d: int | str | None) -> int | str | None:
+        if not isinstance(d, int) or d not in symbols_of:
+            return d
+        symbols = symbols_of[d]
+        return symbols[0] if len(symbols) == 1 else None
+
+    return tuple(tuple(pinned(d) for d in out) for out in dims)
 
 
 def _checked_at_zero(
@@ -307,12 +424,33 @@ def _check_statics_are_size_independent(
         )
 
 
-def _tracing_error(
-    error: Exception, describe_call: Callable[[], str], shapes: Sequence[tuple]
+def _inference_error(
+    attempts: Sequence[_Attempt],
+    dims: InputDims,
+    current: Mapping[tuple[int, int], int],
+    describe_call: Callable[[], str],
 ) -> ShapeInferenceError:
-    shapes_text = ", ".join(str(tuple(s)) for s in shapes)
+    """The error when no trace (or only one stand-in trace) succeeded.
+
+    It reports the failure at the current lengths when they were tried (the
+    sizes the model has), else the last one; names the inputs of unknown
+    size with their current lengths; lists what was tried; says what to do.
+    """
+    failed = [a for a in attempts if a.error is not None]
+    at_current = [a for a in failed if a.label == _CURRENT]
+    reported = at_current[0] if at_current else failed[-1]
+    error = reported.error
+    if reported is not failed[0]:
+        error.__context__ = failed[0].error
+    shapes_text = ", ".join(str(tuple(s)) for s in reported.shapes)
+    unknown = ""
+    if dims.unknown:
+        unknown = (
+            f"\nInputs of unknown size: {dims.describe_unknown(dict(current))}. "
+            f"Traced with {_tried(attempts)}."
+        )
     if isinstance(error, jax.errors.JAXTypeError | jax.errors.JAXIndexError):
-        return ShapeInferenceError(
+        message = (
             f"{describe_call()}: its output shape (or Python control flow) "
             f"depends on input values (traced with input shapes {shapes_text}), "
             "which JAX cannot trace. "
@@ -320,14 +458,51 @@ def _tracing_error(
             "or, when the sizes are known only to you, pass "
             "`output_types=` to `as_jax_op` and fix unknown input shapes with "
             "`pt.specify_shape`. JAX said: "
-            f"{type(error).__name__}: {_first_line(error)}"
+            f"{type(error).__name__}: {_first_line(error)}{unknown}"
         )
-    return ShapeInferenceError(
-        f"{describe_call()} raised {type(error).__name__} while its output "
-        f"types were inferred (traced with input shapes {shapes_text}): "
-        f"{_first_line(error)}\nIf the function is correct but cannot be traced "
-        "with these shapes, fix the input shapes with `pt.specify_shape` or "
-        "pass `output_types=` to `as_jax_op`."
+    else:
+        message = (
+            f"{describe_call()} raised {type(error).__name__} while its output "
+            f"types were inferred (traced with input shapes {shapes_text}): "
+            f"{_first_line(error)}{unknown}\n{_what_to_do(reported, dims, current)}"
+        )
+    result = ShapeInferenceError(message)
+    result.__cause__ = error
+    return result
+
+
+def _tried(attempts: Sequence[_Attempt]) -> str:
+    """``symbolic dims; the current lengths; stand-in sizes 3, 12, 60``."""
+    labels = [a.label for a in attempts if not a.label.startswith(_STAND_IN)]
+    sizes = [
+        a.label.removeprefix(_STAND_IN)
+        for a in attempts
+        if a.label.startswith(_STAND_IN)
+    ]
+    if sizes:
+        labels.append(f"stand-in sizes {', '.join(sizes)}")
+    return "; ".join(labels)
+
+
+def _what_to_do(
+    reported: _Attempt, dims: InputDims, current: Mapping[tuple[int, int], int]
+) -> str:
+    if reported.label != _CURRENT:
+        return (
+            "If the function is correct but cannot be traced with these shapes, "
+            "fix the input shapes with `pt.specify_shape` or pass `output_types=` "
+            "to `as_jax_op`."
+        )
+    if all(dims.same_as[i][j] in current for i, j in dims.unknown):
+        return (
+            "It fails at the current lengths too: check that they agree with "
+            "the function's other arguments (the model's coords, data shapes, "
+            "fixed arrays). If they do, pass `output_types=` to `as_jax_op`."
+        )
+    return (
+        "It fails at the current lengths too. Fix the input shapes that "
+        "PyTensor cannot compute (`length unknown`) with `pt.specify_shape`, "
+        "or pass `output_types=` to `as_jax_op`."
     )
 
 
@@ -386,6 +561,47 @@ _CALLS = {
     "floordiv": _floordiv,
     "mod": _mod,
 }
+
+
+def contradicted_dim(
+    output_dims: Sequence[int | str | None],
+    shape: Sequence[int],
+    input_shapes: Sequence[Sequence[int]],
+) -> tuple[int, int] | None:
+    """The first dim of a computed output that contradicts the op's output dims.
+
+    Returns ``(dim, expected)``, where ``expected`` is the declared size or
+    the declared expression evaluated for ``input_shapes``; None when all
+    agree (unknown dims and expressions this cannot evaluate always do).
+
+    >>> contradicted_dim(["s0_0", 3], (4, 3), [(5,)])
+    (0, 5)
+    """
+    if not all(isinstance(d, int) for s in (shape, *input_shapes) for d in s):
+        return None  # traced abstractly: nothing to compare yet
+    env = {
+        symbol_name(i, j): d
+        for i, s in enumerate(input_shapes)
+        for j, d in enumerate(s)
+    }
+    for dim, (declared, actual) in enumerate(zip(output_dims, shape)):
+        if isinstance(declared, int):
+            expected = declared
+        elif isinstance(declared, str):
+            expected = _evaluate_int(declared, env)
+            if expected < 0:
+                continue  # an expression this does not understand
+        else:
+            continue
+        if expected != actual:
+            return dim, expected
+    return None
+
+
+def describe_symbol(symbol: str) -> str:
+    """``"s1_0"`` -> ``"dim 0 of input 1"``."""
+    match = _SYMBOL.fullmatch(symbol)
+    return f"dim {match[2]} of input {match[1]}" if match else symbol
 
 
 def dim_to_tensor(expression: int | str, env: Mapping[str, Any]) -> Any:

@@ -22,7 +22,7 @@ ops that PyTensor merges.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from pytensor.compile.jax_ofg_host import BoundedCache
 from pytensor.compile.jax_ofg_shapes import (
     STAND_IN_SIZES,
     stand_in_shapes,
+    symbol_name,
     symbolic_shapes,
 )
 
@@ -149,15 +150,28 @@ _PULLBACK_SHAPES = BoundedCache(256)
 
 
 def residual_dtypes(
-    vjp: VJPFunction, input_shapes: Sequence[tuple], input_dtypes: Sequence[str]
+    vjp: VJPFunction,
+    input_shapes: Sequence[tuple],
+    input_dtypes: Sequence[str],
+    traced_sizes: Mapping[str, int] | None = None,
 ) -> tuple[str, ...]:
     """The dtypes of the residuals of ``vjp``, found by an abstract trace.
 
-    Unknown dims (None) are traced as symbolic dims, else with stand-in
-    sizes; raises the tracing error when every attempt fails.
+    Unknown dims (None) are traced as symbolic dims, else at the lengths the
+    forward op's types were traced with (``traced_sizes``, by symbol), else
+    with stand-in sizes; raises the tracing error when every attempt fails.
     """
     attempts = [symbolic_shapes(input_shapes)]
     if any(None in shape for shape in input_shapes):
+        if traced_sizes:
+            sized = [
+                tuple(
+                    traced_sizes.get(symbol_name(i, j)) if d is None else d
+                    for j, d in enumerate(shape)
+                )
+                for i, shape in enumerate(input_shapes)
+            ]
+            attempts.append(symbolic_shapes(sized))
         attempts += [stand_in_shapes(input_shapes, size) for size in STAND_IN_SIZES]
     for shapes in attempts:
         specs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, input_dtypes)]

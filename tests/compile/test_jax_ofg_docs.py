@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 import pytensor.compile.jax_ofg as jax_ofg
+import pytensor.compile.jax_ofg_dims as jax_ofg_dims
 import pytensor.compile.jax_ofg_functions as jax_ofg_functions
 import pytensor.compile.jax_ofg_shapes as jax_ofg_shapes
 
@@ -15,7 +16,9 @@ FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 @pytest.mark.parametrize(
-    "module", [jax_ofg, jax_ofg_functions, jax_ofg_shapes], ids=lambda m: m.__name__
+    "module",
+    [jax_ofg, jax_ofg_dims, jax_ofg_functions, jax_ofg_shapes],
+    ids=lambda m: m.__name__,
 )
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=FLAGS)

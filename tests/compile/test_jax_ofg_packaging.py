@@ -12,6 +12,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 MODULES = [
     "pytensor/compile/jax_ofg.py",
     "pytensor/compile/jax_ofg_cache.py",
+    "pytensor/compile/jax_ofg_dims.py",
     "pytensor/compile/jax_ofg_functions.py",
     "pytensor/compile/jax_ofg_host.py",
     "pytensor/compile/jax_ofg_island.py",

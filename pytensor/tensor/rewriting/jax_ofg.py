@@ -233,6 +233,7 @@ def fuse_value_and_vjp(fgraph, node: Apply) -> dict | None:
                 vjp,
                 [t.shape for t in vjp_op.input_types[:n_primals]],
                 [t.dtype for t in vjp_op.input_types[:n_primals]],
+                forward_op.traced_sizes,
             )
         except Exception:  # cannot be traced abstractly: keep the two passes
             return None

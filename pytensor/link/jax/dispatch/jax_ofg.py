@@ -94,7 +94,7 @@ def _noted(op: OpFromJax, fn: Callable) -> Callable:
         try:
             return fn(*inputs)
         except Exception as error:
-            add_note_once(error, f"{TRACED_FUNCTION_NOTE}{op}.")
+            add_note_once(error, f"{TRACED_FUNCTION_NOTE}{op}.{op.traced_note()}")
             raise
 
     return traced
