@@ -652,7 +652,20 @@ class JaxOpWrapper:
                     f"({_describe_types(input_types)})"
                 )
 
-            traced = trace_output_types(flat.trace, input_types, dims, describe_call)
+            # A second wrapper of the same function (or the same model built
+            # again) traces nothing new.
+            key = (
+                flat,
+                input_types,
+                dims.key,
+                tuple(sorted(dims.current_sizes().items())),
+            )
+            traced = _TRACES.get(
+                key,
+                lambda: trace_output_types(
+                    flat.trace, input_types, dims, describe_call
+                ),
+            )
             layout = traced.layout
             output_types, output_dims = traced.output_types, traced.output_dims
             traced_sizes = traced.traced_sizes
@@ -680,6 +693,11 @@ class JaxOpWrapper:
                 )
         layout = OutputLayout(treedef, ("array",) * len(types), (), declared=True)
         return layout, tuple(types), tuple(tuple(t.shape) for t in types)
+
+
+#: Traced output types by (function, input types, dims, current lengths),
+#: shared by all wrappers in the process.
+_TRACES = BoundedCache(256)
 
 
 def _rebuild_outputs(

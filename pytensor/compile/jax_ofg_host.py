@@ -124,6 +124,10 @@ class JaxHostOp:
         """Added to errors raised while the op runs, naming it."""
         return f"Raised by {self}."
 
+    #: Positions of inputs passed to ``jax.jit`` as static Python integers
+    #: (lengths the XLA program needs as constants; a new value retraces).
+    static_inputs: tuple[int, ...] = ()
+
     @property
     def jitted(self) -> Callable:
         """``jax.jit`` of :meth:`jax_callable`, shared by equal ops.
@@ -144,13 +148,48 @@ class JaxHostOp:
 
             def packed(*inputs):
                 outputs = fn(*inputs)
-                key = tuple(jnp.shape(x) for x in inputs)
-                traced_shapes[key] = tuple(tuple(o.shape) for o in outputs)
+                traced_shapes[self._signature(inputs)] = tuple(
+                    tuple(o.shape) for o in outputs
+                )
                 return packing.pack(outputs)
 
-            return jax.jit(packed), traced_shapes
+            static = self.static_inputs
+            jitted = jax.jit(packed, static_argnums=static)
+            if not static:
+                return jitted, traced_shapes
+
+            def with_static_integers(*inputs):
+                return jitted(
+                    *(int(x) if i in static else x for i, x in enumerate(inputs))
+                )
+
+            return with_static_integers, traced_shapes
 
         return JITTED.get((self, "packed"), build)
+
+    def _output_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
+        """The output shapes for ``inputs``, by an abstract trace."""
+        static = {i: int(inputs[i]) for i in self.static_inputs}
+        fn = self.jax_callable()
+
+        def with_statics(*traced):
+            values = iter(traced)
+            return fn(
+                *(
+                    static[i] if i in static else next(values)
+                    for i in range(len(inputs))
+                )
+            )
+
+        traced = [x for i, x in enumerate(inputs) if i not in static]
+        return tuple(tuple(s.shape) for s in jax.eval_shape(with_statics, *traced))
+
+    def _signature(self, inputs: Sequence[Any]) -> tuple:
+        """What the output shapes depend on: input shapes, static input values."""
+        return (
+            tuple(jnp.shape(x) for x in inputs),
+            tuple(int(inputs[i]) for i in self.static_inputs),
+        )
 
     def host_function(
         self, writable: Sequence[bool] | None = None
@@ -180,15 +219,14 @@ class JaxHostOp:
         plans: dict[tuple, list] = {}
 
         def plan_for(inputs: Sequence[Any]) -> list[tuple]:
-            key = tuple(np.shape(x) for x in inputs)
+            key = self._signature(inputs)
             if jax.config.jax_disable_jit:  # ran eagerly just now: other shapes
                 return packing.plan(traced_shapes[key])
             plan = plans.get(key)
             if plan is None:
                 shapes = traced_shapes.get(key)
-                if shapes is None:  # traced by another function sharing the cache
-                    structs = jax.eval_shape(self.jax_callable(), *inputs)
-                    shapes = tuple(tuple(s.shape) for s in structs)
+                if shapes is None:  # not traced through `packed` (never seen)
+                    shapes = self._output_shapes(inputs)
                 plan = plans[key] = packing.plan(shapes)
             return plan
 

@@ -58,15 +58,32 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
     ----------
     inputs, outputs
         The boundary of the subgraph in the outer graph.
+    static_inputs
+        Positions of integer scalar inputs that XLA gets as constants: lengths
+        computed from constants and shared variables alone (PyMC's
+        ``dim_lengths``), which JAX needs concrete to build arrays of that
+        length. A new value (``pm.set_data``) retraces the program.
     """
 
-    def __init__(self, inputs: Sequence[Variable], outputs: Sequence[Variable]):
+    def __init__(
+        self,
+        inputs: Sequence[Variable],
+        outputs: Sequence[Variable],
+        static_inputs: Sequence[int] = (),
+    ):
         inner = construct_nominal_fgraph(list(inputs), list(outputs))
         for name in _JAX_LOWERING_REWRITES:
             optdb[name].rewrite(inner)
         super().__init__(
             list(inputs), list(outputs), fgraph=inner.freeze(), name="JaxIsland"
         )
+        self.static_inputs = tuple(static_inputs)
+
+    def __eq__(self, other: object) -> bool:
+        return super().__eq__(other) and self.static_inputs == other.static_inputs
+
+    def __hash__(self) -> int:
+        return hash((super().__hash__(), self.static_inputs))
 
     # ----------------------------------------------------------- readability
     def wrapped_functions(self) -> list[str]:
@@ -97,7 +114,10 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
             position.update({out: (k, j) for j, out in enumerate(node.outputs)})
         outputs = [position.get(out) or stable_key(out) for out in fgraph.outputs]
         types = [str(x.type) for x in fgraph.inputs]
-        return f"JaxIsland(inputs={types}, nodes={nodes}, outputs={outputs})"
+        return (
+            f"JaxIsland(inputs={types}, nodes={nodes}, outputs={outputs}, "
+            f"static={self.static_inputs})"
+        )
 
     def error_note(self) -> str:
         return f"Raised by {self} (the rewrite `jax_islands`)."

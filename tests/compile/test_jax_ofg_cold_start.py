@@ -15,10 +15,12 @@ from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import as_jax_op
+from pytensor.compile.mode import get_mode
 from pytensor.link.numba.dispatch import jax_ofg as numba_dispatch
 
 
@@ -48,6 +50,7 @@ def report(f, **values):
 GRAPHS = """
 import numpy as np, pytensor, pytensor.tensor as pt, jax.numpy as jnp
 from pytensor.compile.jax_ofg import as_jax_op
+from pytensor.compile.mode import get_mode
 import {module} as m
 x = pt.vector("x", shape=(5,))
 cost = pt.exp(m.path(x)).sum()
@@ -62,6 +65,7 @@ report(island, value=float(value), gradient=gradient.tolist(), path=lone(xv).tol
 MODULE = """
 import jax.numpy as jnp
 from pytensor.compile.jax_ofg import as_jax_op
+from pytensor.compile.mode import get_mode
 
 @as_jax_op
 def path(x):
@@ -236,3 +240,31 @@ def test_equal_ops_share_a_key_and_outlive_each_other():
     xv = np.array([0.1, 0.2, 0.3])
     np.testing.assert_allclose(first(xv), 2.0 * np.sin(xv))
     assert len(numba_dispatch._REGISTRY[key].hosts) == 1
+
+
+# ================================================= traces, once per process
+@pytest.mark.parametrize("islands", [True, False], ids=["islands", "no-islands"])
+def test_no_trace_is_repeated_for_an_equal_function_and_equal_types(islands):
+    """A second wrapper of the function, and the model built and compiled again."""
+    traced = []
+
+    def path(x):
+        traced.append(x.shape)  # runs when JAX traces the function, only then
+        return jnp.cumsum(jnp.sin(x))
+
+    mode = get_mode(None) if islands else get_mode(None).excluding("jax_islands")
+    xv = np.linspace(0.1, 0.5, 5)
+
+    def build_compile_and_run():
+        x = pt.vector("x", shape=(5,))
+        cost = pt.exp(as_jax_op(path)(x)).sum()
+        f = pytensor.function([x], [cost, pt.grad(cost, x)], mode=mode)
+        return f(xv)
+
+    first = build_compile_and_run()
+    assert traced  # shape inference, the residual or island trace, the run
+    n_traces = len(traced)
+    second = build_compile_and_run()
+    assert len(traced) == n_traces
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)

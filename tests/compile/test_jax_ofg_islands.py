@@ -422,6 +422,21 @@ def test_an_island_jax_cannot_trace_falls_back_to_pytensor(island_mode):
         np.testing.assert_allclose(f(xv, 2), np.full(2, 2 * np.sin(xv).sum()))
 
 
+def test_a_shared_length_is_a_constant_of_the_program(island_mode):
+    """PyMC's dim lengths are shared scalars: XLA gets them as constants."""
+    x, n = pt.vector("x", shape=(3,)), pytensor.shared(4, name="n")
+    out = pt.alloc(sine(x).sum(), n) * 2.0
+    f = compile_function([x], out, island_mode)
+    (island,) = islands(f)
+    assert island.static_inputs
+    xv = np.array([0.1, 0.2, 0.3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JaxIslandFallbackWarning)
+        np.testing.assert_allclose(f(xv), np.full(4, 2 * np.sin(xv).sum()))
+        n.set_value(6)  # a new length: the program is traced again
+        np.testing.assert_allclose(f(xv), np.full(6, 2 * np.sin(xv).sum()))
+
+
 def test_errors_of_a_wrapped_function_are_not_hidden_by_the_fallback(island_mode):
     @as_jax_op(output_types=pt.dvector().type)  # so only calls trace it
     def picky(x):

@@ -33,10 +33,12 @@ from collections.abc import Iterable, Sequence
 from pytensor.compile.jax_ofg import OpFromJax
 from pytensor.compile.jax_ofg_island import ISLANDS_REWRITE, JaxIsland
 from pytensor.compile.mode import optdb
+from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, get_active_mode
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+from pytensor.graph.traversal import graph_inputs
 from pytensor.link.jax.linker import JAXLinker
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.random.op import RandomVariable
@@ -186,6 +188,18 @@ def island_boundary(
     return list(inputs), outputs
 
 
+def _fixed_length(variable: Variable) -> bool:
+    """Whether ``variable`` is an integer scalar computed from constants and
+    shared variables alone: a length, which changes only when the user sets it."""
+    if variable.type.ndim != 0 or not variable.type.dtype.startswith(("int", "uint")):
+        return False
+    return all(
+        isinstance(x, Constant)
+        or (isinstance(x, SharedVariable) and isinstance(x.type, TensorType))
+        for x in graph_inputs([variable])
+    )
+
+
 def islands_enabled(mode) -> bool:
     """Whether compiling with ``mode`` runs this rewrite."""
     if isinstance(mode.linker, JAXLinker):
@@ -213,7 +227,9 @@ class FormJaxIslands(GraphRewriter):
             inputs, outputs = island_boundary(fgraph, island)
             if not outputs:
                 continue
-            new_outputs = JaxIsland(inputs, outputs)(*inputs, return_list=True)
+            static = [i for i, x in enumerate(inputs) if _fixed_length(x)]
+            island_op = JaxIsland(inputs, outputs, static_inputs=static)
+            new_outputs = island_op(*inputs, return_list=True)
             fgraph.replace_all_validate(
                 list(zip(outputs, new_outputs)), reason=ISLANDS_REWRITE
             )
