@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from pytensor.compile import jax_ofg_processes
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import is_thunk_type
 
@@ -98,6 +99,8 @@ class JaxHostOp:
         jitted, note = self.jitted, self.error_note()
 
         def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
+            if jax_ofg_processes.forked_after_jax_started:  # JAX would deadlock
+                jax_ofg_processes.refuse_call_after_fork(str(self))
             try:
                 outputs = jitted(*inputs)
             except Exception as error:
