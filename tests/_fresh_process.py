@@ -8,16 +8,16 @@ import textwrap
 from pathlib import Path
 
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[1]
+HELPERS = ROOT / "tests" / "compile"
 
 #: Runs the root conftest.py (the checkout's folders first on PyTensor's
-#: package paths) and makes the helper modules next to this file importable.
+#: package paths) and makes the helper modules of tests/compile importable.
 PRELUDE = f"""
 import importlib.util, sys
 _spec = importlib.util.spec_from_file_location("checkout", {str(ROOT / "conftest.py")!r})
 _spec.loader.exec_module(importlib.util.module_from_spec(_spec))
-sys.path.insert(0, {str(HERE)!r})
+sys.path.insert(0, {str(HELPERS)!r})
 """
 
 
