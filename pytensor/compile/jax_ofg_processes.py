@@ -24,7 +24,7 @@ three ways:
 Importing the module installs all three. Each step checks the PyMC and
 PyTensor internals it relies on and leaves them as they are when they have
 moved (the at-fork error still prevents the deadlock);
-``tests/sampling/test_jax_ofg_processes.py`` fails when they do.
+``tests/compile/test_jax_ofg_processes.py`` fails when they do.
 """
 
 from __future__ import annotations
