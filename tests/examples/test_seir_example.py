@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pymc as pm
 import pytest
-from _fresh_process import run_script
+from _fresh_process import run_python
 from pymc.model.transform.optimization import freeze_dims_and_data
 from pymc.sampling.jax import get_jaxified_logp
 
@@ -153,16 +153,8 @@ def test_default_run_is_trusted_and_warns_about_nothing(tmp_path):
     (PyMC's convergence and chain-count advice, numpyro's device warning, a
     progress-bar flood). Only the figure goes elsewhere.
     """
-    result = run_script(
-        f"""
-        import runpy, sys
-        if __name__ == "__main__":
-            sys.path.insert(0, {str(SCRIPT.parent)!r})
-            sys.argv = [{str(SCRIPT)!r}, "--out", "figure.png"]
-            runpy.run_path({str(SCRIPT)!r}, run_name="__main__")
-        """,
-        tmp_path,
-        timeout=1800,
+    result = run_python(
+        [str(SCRIPT), "--out", str(tmp_path / "figure.png")], tmp_path, timeout=1800
     )
     out = result.stdout
     assert "Time to posterior (4 chain(s) of 500 tuning + 500 draws, cores=2)" in out
