@@ -13,10 +13,13 @@ with negative-binomial noise. Both JAX pieces are wrapped with
   gradients flow from the likelihood through the solver to the knot values.
 
 The script simulates its own data from known parameters (fixed seed, no
-downloads), fits the model with PyMC's own NUTS (Numba linker, the JAX code
-called from the host), nutpie (Numba) and numpyro (the whole model compiled to
-one XLA program), then reports convergence, whether the true knot values fall
-inside the 94% posterior intervals, and draws a figure.
+downloads), fits the model with PyMC's own NUTS (chains in worker processes;
+the JAX code called from the Numba-compiled model), nutpie (Numba, chains in
+threads) and numpyro (the whole model compiled to one XLA program), 4 chains
+each, then prints a time-to-posterior table (wall time, ESS per second,
+divergences, R-hat and ESS of the knots), whether the true knot values fall
+inside the 94% posterior intervals, and draws a figure. The diagnostics and
+the figure are in ``_seir_report.py`` next to this file.
 
 Run it with ``bash scripts/example`` (which installs the project and its
 ``examples`` extra into ``.venv``), or in an environment where the project is
@@ -29,25 +32,16 @@ installed::
 
 import argparse
 import sys
-import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import arviz as az
 import diffrax
 import jax.numpy as jnp
-import matplotlib
-
-
-matplotlib.use("Agg")  # write files only; never open a window
-
-import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 import pymc as pm
-from xarray import DataArray, DataTree
+from _seir_report import SamplerResult, plot, report, run_sampler
+from xarray import DataTree
 
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import as_jax_op
@@ -69,11 +63,6 @@ INCUBATION_RATE = 1 / 4
 RECOVERY_RATE = 1 / 5
 #: Prior scale of the day-to-knot changes of log(beta) (a Gaussian random walk).
 RANDOM_WALK_SIGMA = 0.5
-#: The probability mass of the posterior intervals reported and drawn.
-INTERVAL_PROB = 0.94
-
-SAMPLERS = ("pymc", "nutpie", "numpyro")
-COLORS = {"pymc": "tab:blue", "nutpie": "tab:orange", "numpyro": "tab:green"}
 
 
 @dataclass(frozen=True)
@@ -333,8 +322,10 @@ def check_model(model: pm.Model, truth: Truth) -> dict[str, tuple[float, np.ndar
 
 
 # ---------------------------------------------------------------------------
-# Sampling and diagnostics
+# Sampling
 # ---------------------------------------------------------------------------
+
+SAMPLERS = ("pymc", "nutpie", "numpyro")
 
 
 @dataclass
@@ -348,26 +339,6 @@ class Settings:
     cores: int
     seed: int
     out: Path
-
-
-@dataclass
-class SamplerResult:
-    """The outcome of one sampler: a posterior, or the reason it has none."""
-
-    sampler: str
-    seconds: float
-    idata: DataTree | None = None
-    error: str | None = None
-    divergences: int = 0
-    max_r_hat: float = float("nan")
-    max_r_hat_derived: float = float("nan")
-    min_ess_bulk: float = float("nan")
-    knots_covered: np.ndarray | None = None
-    summary: pd.DataFrame | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 def sample(sampler: str, model: pm.Model, settings: Settings) -> DataTree:
@@ -385,21 +356,23 @@ def sample(sampler: str, model: pm.Model, settings: Settings) -> DataTree:
     Returns
     -------
     xarray.DataTree
-        The posterior, with PyMC's default progress bar shown while sampling.
+        The posterior.
     """
-    # numpyro runs its chains one after the other here (it warns that there is
-    # one JAX device). Asking for more CPU devices
-    # (`numpyro.set_host_device_count`) would run them with `jax.pmap`, where
-    # diffrax's backward pass fails on JAX 0.12 ("Closure-converted function
-    # called with different dynamic arguments"), with or without this library.
-    kwargs: dict = {}
-    if sampler == "pymc" and settings.cores > 1 and settings.chains > 1:
-        # PyMC's default start method on Linux is "fork", which deadlocks once
-        # JAX has started its threads (as it has here: the data were simulated
-        # with the JAX ops). "forkserver" starts clean worker processes, which
-        # unpickle the model; the ops pickle by the name of the module-level
-        # functions decorated with @as_jax_op.
-        kwargs["mp_ctx"] = "forkserver"
+    options: dict = {}
+    if sampler == "numpyro":
+        # numpyro's default, "parallel", needs one JAX device per chain and
+        # there is one here: it would warn and run the chains one after the
+        # other, which is what "sequential" does. ("vectorized" runs them in
+        # lockstep, and is slower for an adaptive ODE solve.) Its progress bar
+        # writes a line per update when the output is not a terminal.
+        options = {
+            "nuts": {"chain_method": "sequential"},
+            "progressbar": sys.stdout.isatty(),
+        }
+    # PyMC's own NUTS runs its chains in `cores` worker processes. Nothing to
+    # pass for them: PyMC's default start method, fork, would deadlock once
+    # JAX runs, and pytensor-jax-ofg makes PyMC start them with forkserver
+    # instead; they import this script again, hence the `__main__` guard.
     return pm.sample(
         draws=settings.draws,
         tune=settings.tune,
@@ -410,209 +383,75 @@ def sample(sampler: str, model: pm.Model, settings: Settings) -> DataTree:
         # name the sampler every time.
         nuts_sampler=sampler,
         model=model,
-        **kwargs,
+        **options,
     )
 
 
-def posterior_interval(
-    samples: DataArray, prob: float = INTERVAL_PROB
-) -> tuple[DataArray, DataArray]:
-    """Equal-tailed posterior interval over chains and draws (lower, upper)."""
-    tails = [(1 - prob) / 2, (1 + prob) / 2]
-    bounds = samples.quantile(tails, dim=("chain", "draw"))
-    return bounds.isel(quantile=0), bounds.isel(quantile=1)
-
-
-def diagnose(result: SamplerResult, truth: Truth) -> None:
-    """Fill in divergences, R-hat, ESS and the coverage of the true knots."""
-    idata = result.idata
-    result.divergences = int(idata["sample_stats"]["diverging"].sum())
-    result.summary = az.summary(
-        idata,
-        var_names=["beta_knots", "i0", "alpha"],
-        ci_prob=INTERVAL_PROB,
-        round_to="none",
-    )
-    r_hat = result.summary["r_hat"].to_numpy(dtype=float)
-    # R-hat compares chains: a single chain has none.
-    result.max_r_hat = float(np.max(r_hat)) if np.isfinite(r_hat).any() else np.nan
-    result.min_ess_bulk = float(
-        np.min(result.summary["ess_bulk"].to_numpy(dtype=float))
-    )
-    if idata["posterior"].sizes["chain"] > 1:
-        derived = az.rhat(idata, var_names=["beta_daily", "expected_cases"])
-        result.max_r_hat_derived = max(
-            float(v.max()) for v in derived.data_vars.values()
-        )
-    lower, upper = posterior_interval(idata["posterior"]["beta_knots"])
-    result.knots_covered = (lower.values <= truth.beta_knots) & (
-        truth.beta_knots <= upper.values
-    )
-
-
-def run_sampler(
-    sampler: str, model: pm.Model, settings: Settings, truth: Truth
-) -> SamplerResult:
-    """Sample, add posterior predictive draws and diagnose; never raise.
-
-    A sampler that cannot run here (missing package, unsupported option...)
-    gives a result whose ``error`` says why, so the other samplers still run.
-    """
-    print(f"\n=== {sampler} ===", flush=True)
-    start = time.perf_counter()
-    try:
-        idata = sample(sampler, model, settings)
-        seconds = time.perf_counter() - start
-        pm.sample_posterior_predictive(
-            idata,
-            model=model,
-            var_names=["cases"],
-            extend_inferencedata=True,
-            random_seed=settings.seed,
-            progressbar=False,
-        )
-        result = SamplerResult(sampler, seconds, idata=idata)
-        diagnose(result, truth)
-    except Exception as error:  # report and go on with the next sampler
-        seconds = time.perf_counter() - start
-        last = traceback.extract_tb(error.__traceback__)[-1]
-        reason = f"{type(error).__name__}: {error} (at {last.filename}:{last.lineno})"
-        print(f"{sampler} failed after {seconds:.0f} s: {reason}", file=sys.stderr)
-        return SamplerResult(sampler, seconds, error=reason)
-    print(result.summary.to_string(float_format=lambda x: f"{x:.4g}"))
-    return result
-
-
-def report(results: Sequence[SamplerResult], truth: Truth) -> None:
-    """Print one line per sampler: time, divergences, R-hat, ESS, coverage.
-
-    The time is that of ``pm.sample`` (compilation included).
-    """
-    percent = round(100 * INTERVAL_PROB)
-    print(
-        f"\n{'sampler':<9}{'time':>7}{'divergent':>11}{'R-hat':>8}{'(derived)':>11}"
-        f"{'min ESS':>9}   true knots inside the {percent}% interval"
-    )
-    for r in results:
-        if not r.ok:
-            print(f"{r.sampler:<9}{r.seconds:>6.0f}s   failed: {r.error}")
-            continue
-        covered = r.knots_covered
-        missed = ", ".join(f"day {t:g}" for t in KNOT_TIMES[~covered])
-        coverage = f"{covered.sum()}/{covered.size}" + (
-            f" (outside: {missed})" if missed else ""
-        )
-        print(
-            f"{r.sampler:<9}{r.seconds:>6.0f}s{r.divergences:>11d}"
-            f"{r.max_r_hat:>8.3f}{r.max_r_hat_derived:>11.3f}"
-            f"{r.min_ess_bulk:>9.0f}   {coverage}"
-        )
-    print(
-        "R-hat: the largest over beta_knots, i0 and alpha, and over the derived "
-        "beta(t) and expected cases (nan for a single chain); min ESS: bulk ESS "
-        "of the parameters."
-    )
-    worst = np.nanmax(
-        [[r.max_r_hat, r.max_r_hat_derived, 0.0] for r in results if r.ok] or [0.0]
-    )
-    if worst > 1.01:
-        print(
-            f"An R-hat of {worst:.3f} (> 1.01): the chains are too short to be "
-            "trusted; run longer, e.g. --tune 1000 --draws 1000."
-        )
-    expected_misses = N_KNOTS * (1 - INTERVAL_PROB)
-    print(
-        f"True knot values: {np.array2string(truth.beta_knots, precision=2)}. "
-        f"With {N_KNOTS} knots and {percent}% intervals, about {expected_misses:.1f} "
-        "misses per data set are expected; the samplers should agree on them."
-    )
-
-
-# ---------------------------------------------------------------------------
-# The figure
-# ---------------------------------------------------------------------------
-
-
-def _band(
-    ax: plt.Axes, x: np.ndarray, samples: DataArray, color: str, label: str
-) -> None:
-    """Draw the posterior median and the equal-tailed interval of ``samples``."""
-    lower, upper = posterior_interval(samples)
-    median = samples.median(dim=("chain", "draw"))
-    ax.fill_between(x, lower, upper, color=color, alpha=0.3, linewidth=0)
-    ax.plot(x, median, color=color, linewidth=1.5, label=label)
-
-
-def plot(
-    results: Sequence[SamplerResult], data: SyntheticData, truth: Truth, out: Path
-) -> Path:
-    """One column per sampler: predictive bands over the data, beta(t) over the truth.
+def main(argv: Sequence[str] | None = None) -> dict[str, SamplerResult]:
+    """Simulate, fit with each sampler, report and plot.
 
     Parameters
     ----------
-    results
-        The samplers' results; failed ones are left out.
-    data
-        The simulated data and true curves.
-    truth
-        The true parameters (for the knots).
-    out
-        The PNG file to write.
+    argv
+        Command-line arguments (default: ``sys.argv[1:]``).
 
     Returns
     -------
-    Path
-        The file written.
+    dict
+        The result of each sampler, by name.
     """
-    fitted = [r for r in results if r.ok]
-    percent = round(100 * INTERVAL_PROB)
-    fig, axes = plt.subplots(
-        2,
-        len(fitted),
-        figsize=(1 + 4.2 * len(fitted), 7.5),
-        sharex=True,
-        sharey="row",
-        squeeze=False,
+    settings = parse_args(argv)
+    truth = Truth()
+    data = simulate_data(truth, seed=settings.seed)
+    print(
+        f"Simulated {N_DAYS} days of cases in a population of {POPULATION:,} "
+        f"(total {data.cases.sum():,}, peak {data.cases.max():,}/day)."
     )
-    for (cases_ax, beta_ax), r in zip(axes.T, fitted):
-        color = COLORS.get(r.sampler, "tab:gray")
-        cases = r.idata["posterior_predictive"]["cases"]
-        _band(cases_ax, DAYS[1:], cases, color, f"posterior predictive, {percent}%")
-        cases_ax.plot(DAYS[1:], data.cases, "o", color="black", markersize=2.5)
-        cases_ax.plot(DAYS[1:], data.expected_cases, "--", color="black")
-        cases_ax.set_title(
-            f"{r.sampler}: {r.divergences} divergences, {r.seconds:.0f} s"
+    model = pm.observe(build_model(), {"cases": data.cases})
+    for name, (logp, grad) in check_model(model, truth).items():
+        print(f"logp at the {name}: {logp:.2f}, max |dlogp|: {np.abs(grad).max():.3g}")
+    runs = (
+        f"{settings.chains} chain(s) of {settings.tune} tuning + {settings.draws} "
+        f"draws, cores={settings.cores}"
+    )
+    print(f"Sampling with {', '.join(settings.samplers)}: {runs}.")
+
+    results = {
+        sampler: run_sampler(
+            sampler,
+            lambda sampler=sampler: sample(sampler, model, settings),
+            model,
+            truth.beta_knots,
+            seed=settings.seed,
         )
-
-        beta = r.idata["posterior"]["beta_daily"]
-        _band(beta_ax, DAYS, beta, color, f"posterior, {percent}%")
-        beta_ax.plot(DAYS, data.beta_daily, "--", color="black")
-        beta_ax.plot(KNOT_TIMES, truth.beta_knots, "s", color="black", markersize=5)
-        beta_ax.axhline(RECOVERY_RATE, color="gray", linewidth=0.8, linestyle=":")
-        beta_ax.set_xlabel("day")
-
-    # The black markers mean the same in every column: name them once.
-    first_cases, first_beta = axes[0, 0], axes[1, 0]
-    first_cases.plot([], [], "o", color="black", markersize=2.5, label="data")
-    first_cases.plot([], [], "--", color="black", label="true mean")
-    first_beta.plot([], [], "--", color="black", label="true beta(t)")
-    first_beta.plot([], [], "s", color="black", markersize=5, label="true knot values")
-    first_beta.plot([], [], ":", color="gray", label="recovery rate")
-    first_cases.set_ylabel("new cases per day")
-    first_beta.set_ylabel("transmission rate beta(t) per day")
-    first_cases.legend(loc="upper left", fontsize=8)
-    first_beta.legend(loc="upper right", fontsize=8)
-    fig.suptitle("SEIR model with an interpolated transmission rate (simulated data)")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+        for sampler in settings.samplers
+    }
+    report(list(results.values()), truth.beta_knots, KNOT_TIMES, runs)
+    if any(r.ok for r in results.values()):
+        path = plot(
+            list(results.values()),
+            days=DAYS,
+            cases=data.cases,
+            expected_cases=data.expected_cases,
+            beta_daily=data.beta_daily,
+            knot_times=KNOT_TIMES,
+            true_knots=truth.beta_knots,
+            recovery_rate=RECOVERY_RATE,
+            out=settings.out,
+        )
+        print(f"\nFigure written to {path.resolve()}")
+    else:
+        print("\nNo sampler succeeded: no figure.")
+    return results
 
 
 # ---------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------
+
+#: The default run: 4 chains (PyMC's advice for R-hat), long enough for
+#: R-hat <= 1.01 and a bulk ESS >= 400 on every knot with each sampler.
+DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS, DEFAULT_CORES = 500, 500, 4, 2
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Settings:
@@ -625,13 +464,17 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         "(default: all three; with --quick: pymc)",
     )
     parser.add_argument(
-        "--draws", type=int, default=None, help="default 200 (quick: 30)"
+        "--draws", type=int, default=None, help=f"default {DEFAULT_DRAWS} (quick: 30)"
     )
     parser.add_argument(
-        "--tune", type=int, default=None, help="default 200 (quick: 30)"
+        "--tune", type=int, default=None, help=f"default {DEFAULT_TUNE} (quick: 30)"
     )
-    parser.add_argument("--chains", type=int, default=None, help="default 2 (quick: 1)")
-    parser.add_argument("--cores", type=int, default=None, help="default 2 (quick: 1)")
+    parser.add_argument(
+        "--chains", type=int, default=None, help=f"default {DEFAULT_CHAINS} (quick: 1)"
+    )
+    parser.add_argument(
+        "--cores", type=int, default=None, help=f"default {DEFAULT_CORES} (quick: 1)"
+    )
     parser.add_argument(
         "--seed", type=int, default=2024, help="data and sampler seed (default 2024)"
     )
@@ -661,57 +504,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
 
     return Settings(
         samplers=chosen,
-        draws=pick(args.draws, 200, 30),
-        tune=pick(args.tune, 200, 30),
-        chains=pick(args.chains, 2, 1),
-        cores=pick(args.cores, 2, 1),
+        draws=pick(args.draws, DEFAULT_DRAWS, 30),
+        tune=pick(args.tune, DEFAULT_TUNE, 30),
+        chains=pick(args.chains, DEFAULT_CHAINS, 1),
+        cores=pick(args.cores, DEFAULT_CORES, 1),
         seed=args.seed,
         out=args.out,
     )
-
-
-def main(argv: Sequence[str] | None = None) -> dict[str, SamplerResult]:
-    """Simulate, fit with each sampler, report and plot.
-
-    Parameters
-    ----------
-    argv
-        Command-line arguments (default: ``sys.argv[1:]``).
-
-    Returns
-    -------
-    dict
-        The result of each sampler, by name.
-    """
-    settings = parse_args(argv)
-    truth = Truth()
-    data = simulate_data(truth, seed=settings.seed)
-    print(
-        f"Simulated {N_DAYS} days of cases in a population of {POPULATION:,} "
-        f"(total {data.cases.sum():,}, peak {data.cases.max():,}/day)."
-    )
-    model = pm.observe(build_model(), {"cases": data.cases})
-    for name, (logp, grad) in check_model(model, truth).items():
-        print(f"logp at the {name}: {logp:.2f}, max |dlogp|: {np.abs(grad).max():.3g}")
-    print(
-        f"Sampling with {', '.join(settings.samplers)}: {settings.chains} chain(s) of "
-        f"{settings.tune} tuning + {settings.draws} draws, cores={settings.cores}."
-    )
-    if "pymc" in settings.samplers and settings.cores > 1 and settings.chains > 1:
-        print(
-            "PyMC's NUTS runs its chains in processes started with "
-            "mp_ctx='forkserver': the default 'fork' deadlocks once JAX has "
-            "started threads."
-        )
-
-    results = {s: run_sampler(s, model, settings, truth) for s in settings.samplers}
-    report(list(results.values()), truth)
-    if any(r.ok for r in results.values()):
-        path = plot(list(results.values()), data, truth, settings.out)
-        print(f"\nFigure written to {path.resolve()}")
-    else:
-        print("\nNo sampler succeeded: no figure.")
-    return results
 
 
 if __name__ == "__main__":

@@ -786,10 +786,12 @@ def as_jax_op(
     return JaxOpWrapper(fn, name=name, output_types=output_types)
 
 
-# Register the JAX and Numba dispatches, vectorization and graph rewrites.
+# Register the JAX and Numba dispatches, vectorization, graph rewrites and the
+# safeguards for forked processes and PyMC's start method (jax_ofg_processes).
 # The JAX dispatch module imports PyTensor's JAX backend, which sets
 # ``jax_enable_x64`` from ``floatX`` when first imported; it is imported first
 # so the setting below wins.
+import pytensor.compile.jax_ofg_processes  # noqa: E402
 import pytensor.link.jax.dispatch.jax_ofg  # noqa: E402
 import pytensor.link.numba.dispatch.jax_ofg  # noqa: E402
 import pytensor.tensor.rewriting.jax_ofg  # noqa: E402

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pytensor.compile import jax_ofg_processes
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import is_thunk_type
 from pytensor.tensor.type import TensorType
@@ -231,6 +232,8 @@ class JaxHostOp:
             return plan
 
         def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
+            if jax_ofg_processes.forked_after_jax_started:  # JAX would deadlock
+                jax_ofg_processes.refuse_call_after_fork(str(self))
             try:
                 buffers = [np.asarray(b) for b in packed(*inputs)]
             except Exception as error:

@@ -17,6 +17,7 @@ MODULES = [
     "pytensor/compile/jax_ofg_host.py",
     "pytensor/compile/jax_ofg_island.py",
     "pytensor/compile/jax_ofg_keys.py",
+    "pytensor/compile/jax_ofg_processes.py",
     "pytensor/compile/jax_ofg_shapes.py",
     "pytensor/compile/jax_ofg_transforms.py",
     "pytensor/link/jax/dispatch/jax_ofg.py",

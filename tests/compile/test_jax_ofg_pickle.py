@@ -1,9 +1,7 @@
 """Pickling: graphs and compiled functions unpickle and run in a fresh process."""
 
 import pickle
-import subprocess
-import sys
-import textwrap
+import tempfile
 from pathlib import Path
 
 import _jax_ofg_models as models
@@ -12,31 +10,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _fresh_process import run_script
 from _linkers import LINKER_MODES, compile_function
 
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import as_jax_op
 
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
-
-
 def run_in_fresh_process(code: str) -> None:
-    """Run ``code`` in a new interpreter that imports this checkout's modules."""
-    prelude = f"""
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("checkout", {str(ROOT / "conftest.py")!r})
-spec.loader.exec_module(importlib.util.module_from_spec(spec))
-sys.path.insert(0, {str(HERE)!r})
-"""
-    result = subprocess.run(
-        [sys.executable, "-c", prelude + textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    """Run ``code`` in a new interpreter that imports this checkout's modules.
+
+    As a script file (see :func:`_fresh_process.run_script`), so that spawn
+    and forkserver workers import the checkout's modules too.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        run_script(code, Path(folder))
 
 
 def reference_cost(x, t):
@@ -155,37 +143,6 @@ def test_equinox_static_fields_survive_pickling():
     np.testing.assert_allclose(f(np.array([1.0, 2.0, 3.0])), [1.0, 4.0, 9.0])
 
 
-@pytest.mark.slow
-def test_pymc_multiprocess_sampling():
-    """`pm.sample(cores=2)` pickles the model's functions into two workers.
-
-    The start method is forkserver: PyMC's default `fork` can deadlock once
-    JAX has started its threads.
-    """
-    pm = pytest.importorskip("pymc")
-    rng = np.random.default_rng(3)
-    data = rng.normal(2 * 0.8, 1.0, size=10)
-    with pm.Model():
-        theta = pm.Normal("theta", 0.0, 1.0)
-        pm.Normal("y", mu=models.doubled(theta), sigma=1.0, observed=data)
-        idata = pm.sample(
-            draws=300,
-            tune=300,
-            chains=2,
-            cores=2,
-            mp_ctx="forkserver",
-            random_seed=1,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
-    draws = idata.posterior["theta"].values
-    assert draws.shape == (2, 300)
-    # conjugate normal model: theta | y ~ N(2 * sum(y) / 41, 1 / 41)
-    posterior_mean, posterior_sd = 2 * data.sum() / 41, 41**-0.5
-    assert abs(draws.mean() - posterior_mean) < 0.3 * posterior_sd
-    assert 0.8 < draws.std() / posterior_sd < 1.2
-
-
 def _run_pickled(payload: bytes, x: np.ndarray) -> list:
     """Worker: unpickle a compiled function and call it."""
     function = pickle.loads(payload)
@@ -196,9 +153,9 @@ def _run_pickled(payload: bytes, x: np.ndarray) -> list:
 def test_compiled_function_in_worker_processes(start_method, tmp_path):
     """Workers unpickle a compiled function and give the JAX answer.
 
-    ``fork`` is safe only before the parent has run JAX (its threads do not
-    survive a fork): the parent here only unpickles bytes and forks, which is
-    what a user must ensure; PyMC users should pass ``mp_ctx="forkserver"``.
+    ``fork`` is safe only before the parent has started JAX (its threads do
+    not survive a fork): the parent here only unpickles bytes and forks. PyMC
+    multi-process sampling is tested in ``test_jax_ofg_processes.py``.
     """
     x = pt.vector("x", shape=(3,))
     out = models.powers(x, power=3)

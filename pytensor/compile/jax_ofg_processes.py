@@ -1,0 +1,322 @@
+"""Processes and JAX: wrapped functions never deadlock in a forked process.
+
+JAX cannot run in a process forked after it started: XLA's thread pool does
+not survive ``fork``, so a computation that needs it waits forever, and JAX
+cannot be re-initialised in the child. This module makes that case safe in
+three ways:
+
+* **a clear error instead of a deadlock**: an at-fork handler notes, in every
+  forked child, whether JAX had started in its parent. Ops holding JAX code
+  (:class:`~pytensor.compile.jax_ofg.OpFromJax` and
+  :class:`~pytensor.compile.jax_ofg_island.JaxIsland`) check that note before
+  every host call (:meth:`~pytensor.compile.jax_ofg_host.JaxHostOp.host_function`)
+  and raise :class:`ForkedAfterJaxError`, which says what to use instead;
+* **the same under the JAX linker**, which has no host call: a function
+  compiled with ``mode="JAX"`` whose graph holds such ops checks the note
+  before calling its XLA program;
+* **PyMC picks a safe start method by itself**: when ``pm.sample`` or
+  ``pm.sample_smc`` runs chains in processes, the user gave no ``mp_ctx`` and
+  the model holds such ops, PyMC's choice of ``fork`` becomes ``forkserver``
+  (``spawn`` where there is no forkserver). PyMC does the same on its own only
+  when the compile mode is JAX. Other models, an explicit ``mp_ctx`` and the
+  rest of the program's multiprocessing are left alone.
+
+Importing the module installs all three. Each step checks the PyMC and
+PyTensor internals it relies on and leaves them as they are when they have
+moved (the at-fork error still prevents the deadlock);
+``tests/compile/test_jax_ofg_processes.py`` fails when they do.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import logging
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterable
+from types import FrameType, ModuleType
+from typing import Any
+
+import jax
+
+
+__all__ = [
+    "SAFE_START_METHOD",
+    "ForkedAfterJaxError",
+    "graph_holds_jax_ops",
+    "jax_started",
+    "model_holds_jax_ops",
+]
+
+#: The start method PyMC gets for models holding JAX ops.
+SAFE_START_METHOD = (
+    "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+)
+
+#: True in a process forked after JAX had started in its parent (or in an
+#: ancestor): JAX cannot run here. Read by every host call, so kept a plain
+#: module global.
+forked_after_jax_started = False
+
+_jax_started_before_fork = False
+
+
+class ForkedAfterJaxError(jax.errors.JaxRuntimeError):
+    """A wrapped JAX function was called in a process forked after JAX started.
+
+    A :class:`jax.errors.JaxRuntimeError` (and so a :class:`RuntimeError`):
+    JAX cannot run here. JAX islands pass it on as the program's own error
+    instead of falling back to PyTensor, which would fail the same way.
+    """
+
+
+def jax_started() -> bool:
+    """Whether this process has initialised a JAX backend (and its threads).
+
+    Building a graph with a wrapped function does (its shapes are traced), as
+    does any JAX computation. When JAX's private check has moved, assume it
+    has: a clear error in a forked child is better than a deadlock.
+    """
+    from jax._src import xla_bridge
+
+    started = getattr(xla_bridge, "backends_are_initialized", None)
+    return True if started is None else bool(started())
+
+
+def _before_fork() -> None:
+    # In the parent, where JAX's lock may be taken safely.
+    global _jax_started_before_fork
+    _jax_started_before_fork = jax_started()
+
+
+def _after_fork_in_child() -> None:
+    global forked_after_jax_started
+    forked_after_jax_started = forked_after_jax_started or _jax_started_before_fork
+
+
+if hasattr(os, "register_at_fork"):  # Unix; elsewhere there is no fork
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+def refuse_call_after_fork(what: str) -> None:
+    """Raise :class:`ForkedAfterJaxError` for ``what`` (the op or function called).
+
+    Called by host calls and JAX-linker functions when
+    :data:`forked_after_jax_started` is set.
+    """
+    raise ForkedAfterJaxError(
+        f"{what} cannot run in this process: it was forked (os.fork, e.g. "
+        "multiprocessing's 'fork' start method) after JAX had started in its "
+        "parent, and JAX deadlocks in such a process (XLA's threads do not "
+        "survive a fork). Start worker processes with 'forkserver' or 'spawn' "
+        "instead: with PyMC, leave `mp_ctx` unset (models holding JAX ops get "
+        "'forkserver') or pass mp_ctx='forkserver'; with multiprocessing, use "
+        "multiprocessing.get_context('forkserver'). Either one re-imports the "
+        "main script in the workers: guard its entry point with "
+        '`if __name__ == "__main__":`.'
+    )
+
+
+# --------------------------------------------------------------------------
+# Which graphs and models hold JAX ops
+# --------------------------------------------------------------------------
+
+
+def graph_holds_jax_ops(outputs: Iterable[Any]) -> bool:
+    """Whether the graph of ``outputs`` holds an op that runs JAX code.
+
+    ``OpFromJax`` and ``JaxIsland`` nodes count, also inside the inner graphs
+    of other ops (``OpFromGraph``, ``Scan``, PyMC's symbolic random variables).
+    """
+    from pytensor.compile.jax_ofg_host import JaxHostOp
+    from pytensor.graph.op import HasMultipleInnerGraph
+    from pytensor.graph.traversal import apply_ancestors
+
+    for node in apply_ancestors(list(outputs)):
+        if isinstance(node.op, JaxHostOp):
+            return True
+        if isinstance(node.op, HasMultipleInnerGraph) and any(
+            graph_holds_jax_ops(inner.outputs)
+            for inner in node.op.inner_graphs.values()
+        ):
+            return True
+    return False
+
+
+def model_holds_jax_ops(model: Any) -> bool:
+    """Whether a PyMC model's variables or its log-density hold JAX ops.
+
+    The log-density graph is built only when the variables hold none: it is
+    where the ``logp=`` function of a ``pm.CustomDist`` first runs.
+    """
+    variables = [*model.basic_RVs, *model.deterministics, *model.potentials]
+    if graph_holds_jax_ops(variables):
+        return True
+    try:
+        return graph_holds_jax_ops([model.logp()])
+    except Exception:  # PyMC will report it when it builds the same graph
+        return False
+
+
+# --------------------------------------------------------------------------
+# PyMC: a non-fork start method for models holding JAX ops
+# --------------------------------------------------------------------------
+
+#: The modules whose sampling functions choose PyMC's start method, through
+#: the function :data:`_PYMC_CHOOSER` they import from ``pymc.sampling.parallel``.
+PYMC_SAMPLING_MODULES = ("pymc.sampling.mcmc", "pymc.smc.sampling")
+_PYMC_CHOOSER = "_initialize_multiprocessing_context"
+
+_log = logging.getLogger(__name__)
+
+
+def _sampled_model(caller: FrameType | None) -> Any:
+    """The model that ``pm.sample`` / ``pm.sample_smc`` (the caller) is sampling.
+
+    Both resolve their ``model`` argument into a local of that name before
+    choosing the start method; outside them, the model on the context stack.
+    """
+    from pymc.model.core import Model
+
+    model = caller.f_locals.get("model") if caller is not None else None
+    if isinstance(model, Model):
+        return model
+    return Model.get_context(error_if_none=False)
+
+
+def _choosing_safe_start_method(choose: Callable) -> Callable:
+    """Wrap PyMC's ``_initialize_multiprocessing_context``.
+
+    When the user gave no ``mp_ctx`` and PyMC chose ``fork``, the sampled
+    model is looked up and, when it holds JAX ops, the start method becomes
+    :data:`SAFE_START_METHOD`.
+    """
+
+    @functools.wraps(choose)
+    def initialize_multiprocessing_context(mp_ctx=None, *args, **kwargs):
+        context = choose(mp_ctx, *args, **kwargs)
+        if mp_ctx is not None or context.get_start_method() != "fork":
+            return context
+        caller = sys._getframe(1)
+        try:
+            model = _sampled_model(caller)
+        finally:
+            del caller
+        if model is None or not model_holds_jax_ops(model):
+            return context
+        # Not logged above debug level: pm.sample chooses the start method
+        # before the sampler, and nutpie, numpyro and blackjax start no processes.
+        _log.debug(
+            "The model holds JAX ops, which cannot run in forked processes: "
+            "PyMC's worker processes (if any) are started with mp_ctx=%r.",
+            SAFE_START_METHOD,
+        )
+        return multiprocessing.get_context(SAFE_START_METHOD)
+
+    initialize_multiprocessing_context.chooses_safe_start_method = True
+    return initialize_multiprocessing_context
+
+
+def patch_pymc_module(module: ModuleType) -> bool:
+    """Install the start-method choice in one of :data:`PYMC_SAMPLING_MODULES`.
+
+    Returns whether it is installed; ``False`` when PyMC no longer has the
+    function it wraps there (nothing is changed then).
+    """
+    choose = getattr(module, _PYMC_CHOOSER, None)
+    if not callable(choose):
+        return False
+    if not getattr(choose, "chooses_safe_start_method", False):
+        setattr(module, _PYMC_CHOOSER, _choosing_safe_start_method(choose))
+    return True
+
+
+class _PatchPyMCOnImport(importlib.abc.MetaPathFinder):
+    """Patches PyMC's sampling modules right after they are first imported."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in PYMC_SAMPLING_MODULES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        loader = getattr(spec, "loader", None)
+        if not callable(getattr(loader, "exec_module", None)):
+            return None  # leave it to the other finders, unpatched
+        exec_module = loader.exec_module
+
+        def exec_and_patch(module: ModuleType) -> None:
+            exec_module(module)
+            patch_pymc_module(module)
+
+        loader.exec_module = exec_and_patch  # this module's own loader only
+        return spec
+
+
+def install_pymc_start_method_choice() -> None:
+    """Patch PyMC's sampling modules now, or when they are imported."""
+    pending = False
+    for name in PYMC_SAMPLING_MODULES:
+        module = sys.modules.get(name)
+        if module is None:
+            pending = True
+        else:
+            patch_pymc_module(module)
+    if pending and not any(isinstance(f, _PatchPyMCOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchPyMCOnImport())
+
+
+# --------------------------------------------------------------------------
+# The JAX linker: no host call, so its compiled function checks
+# --------------------------------------------------------------------------
+
+
+class _ForkCheckedFunction:
+    """A JAX-linker function holding wrapped JAX functions, checked before each call."""
+
+    __slots__ = ("_compiled",)
+
+    def __init__(self, compiled: Callable):
+        self._compiled = compiled
+
+    def __call__(self, *args):
+        if forked_after_jax_started:
+            refuse_call_after_fork(
+                "A function compiled with mode='JAX' that holds wrapped JAX functions"
+            )
+        return self._compiled(*args)
+
+    def __getattr__(self, name: str) -> Any:  # `lower`, `trace`, ... of jax.jit
+        return getattr(self._compiled, name)
+
+
+def install_jax_linker_check() -> bool:
+    """Make ``JAXLinker.jit_compile`` check graphs holding JAX ops after a fork.
+
+    Graphs without them get PyTensor's function unchanged. Returns whether the
+    check is installed (``False`` when PyTensor's linker has moved).
+    """
+    from pytensor.link.jax.linker import JAXLinker
+
+    jit_compile = getattr(JAXLinker, "jit_compile", None)
+    if not callable(jit_compile):
+        return False
+    if getattr(jit_compile, "checks_forked_processes", False):
+        return True
+
+    @functools.wraps(jit_compile)
+    def checked_jit_compile(self, fn):
+        compiled = jit_compile(self, fn)
+        fgraph = getattr(self, "fgraph", None)
+        if fgraph is not None and graph_holds_jax_ops(fgraph.outputs):
+            return _ForkCheckedFunction(compiled)
+        return compiled
+
+    checked_jit_compile.checks_forked_processes = True
+    JAXLinker.jit_compile = checked_jit_compile
+    return True
+
+
+install_pymc_start_method_choice()
+install_jax_linker_check()

@@ -1,0 +1,80 @@
+"""Run Python in new processes that import this checkout's modules, workers included."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Run at start-up by every Python process of a test run (see
+#: :func:`run_python`): the root conftest.py puts the checkout's folders first
+#: on PyTensor's package paths, and the test helpers become importable.
+SITECUSTOMIZE = f"""
+import importlib.util, sys
+_spec = importlib.util.spec_from_file_location("checkout", {str(ROOT / "conftest.py")!r})
+_spec.loader.exec_module(importlib.util.module_from_spec(_spec))
+sys.path += [{str(ROOT / "tests")!r}, {str(ROOT / "tests" / "compile")!r}]
+"""
+
+
+def run_python(
+    arguments: list[str], folder: Path, *, timeout: float = 600, check: bool = True
+) -> subprocess.CompletedProcess:
+    """Run ``python *arguments`` in ``folder``; return its outcome.
+
+    Every Python process it starts imports this checkout's modules, not an
+    installed copy: a ``sitecustomize.py`` on ``PYTHONPATH`` runs
+    :data:`SITECUSTOMIZE` at start-up. That includes the worker processes that
+    ``spawn`` and ``forkserver`` start, which import the main script again
+    (whichever file that is) and would otherwise import the installed copy.
+    The processes run in their own process group, which is killed when
+    ``timeout`` (seconds) passes: a hang fails the test and leaves no worker
+    behind. With ``check``, a non-zero exit fails the test with the end of
+    stderr.
+    """
+    startup = Path(folder) / "_checkout_startup"
+    startup.mkdir(exist_ok=True)
+    (startup / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(startup), *_pythonpath()])}
+    process = subprocess.Popen(
+        [sys.executable, *arguments],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        raise AssertionError(
+            f"the script did not finish within {timeout} s (killed)\n"
+            f"--- stdout ---\n{stdout[-3000:]}\n--- stderr ---\n{stderr[-3000:]}"
+        ) from None
+    result = subprocess.CompletedProcess(
+        process.args, process.returncode, stdout, stderr
+    )
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def run_script(
+    code: str, folder: Path, *, timeout: float = 600, check: bool = True
+) -> subprocess.CompletedProcess:
+    """Run ``code`` as the script ``folder/script.py`` (see :func:`run_python`)."""
+    script = Path(folder) / "script.py"
+    script.write_text(textwrap.dedent(code))
+    return run_python([str(script)], folder, timeout=timeout, check=check)
+
+
+def _pythonpath() -> list[str]:
+    existing = os.environ.get("PYTHONPATH", "")
+    return [entry for entry in existing.split(os.pathsep) if entry]
