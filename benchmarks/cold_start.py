@@ -96,6 +96,38 @@ if __name__ == "__main__":
     print(json.dumps(dict(total=time.perf_counter() - start)))
 """
 
+#: Where a fresh process's build and compile time goes, by cProfile.
+BREAKDOWN = """
+import cProfile, pstats, sys
+sys.path[:0] = [{root!r}, {here!r}, {examples!r}]
+if {in_checkout!r}:
+    import conftest
+import numpy as np
+import _models as models
+profile = cProfile.Profile()
+profile.enable()
+model = models.MODELS[{model!r}]()
+f = model.logp_dlogp_function(ravel_inputs=True)._pytensor_function
+profile.disable()
+stats = pstats.Stats(profile)
+total = sum(v[3] for k, v in stats.stats.items() if k[2] == "<module>") or 1
+wanted = {{
+    "shape traces (as_jax_op)": "trace_output_types",
+    "dims: shape graphs, current lengths": "input_dims",
+    "residual-dtype traces (value+grad rewrite)": "residual_dtypes",
+    "island selection": "find_islands",
+    "JAX-lowering probes (islands)": "joins_islands",
+    "PyTensor rewrites, all": "prepare_fgraph",
+    "Numba funcify + compile/load": "create",
+}}
+found = {{}}
+for (path, line, name), (cc, nc, tt, ct, callers) in stats.stats.items():
+    for label, function in wanted.items():
+        if name == function:
+            found[label] = max(found.get(label, 0.0), ct)
+print(json.dumps(found))
+"""
+
 RUNS = {
     "sir": ["sir", "sir_wrap_jax", "sir_pytensor"],
     "seir": ["seir", "seir_wrap_jax"],
@@ -212,6 +244,20 @@ def main(argv=None) -> None:
             f"ours / wrap_jax (first process) = "
             f"{format_ratio(results['sir'][0]['total'] / results['sir_wrap_jax'][0]['total'])}."
         )
+        breakdown = run_child(
+            fill(BREAKDOWN, model="sir"), folder / "cache-breakdown", folder / "b.py"
+        )
+        sections += [
+            "",
+            "Where a first process's graph build and compile go (SIR, as_jax_op; "
+            "cumulative seconds under cProfile, which slows Python down, so read "
+            "them as shares):",
+            "",
+            markdown_table(
+                ["phase", "seconds"],
+                [(label, f"{seconds:.2f}") for label, seconds in breakdown.items()],
+            ),
+        ]
         if not args.no_sampling:
             compiledir = folder / "cache-sample"
             script = folder / "sample.py"
