@@ -210,7 +210,7 @@ class JaxHostOp:
         copied = tuple(writable) if writable is not None else (True,) * n_outputs
         if n_outputs == 1 and packing.static_shapes[0] is not None:
             return _single_output_call(
-                packed, packing.static_shapes[0], copied[0], note
+                self, packed, packing.static_shapes[0], copied[0], note
             )
         static_plan = (
             None
@@ -276,11 +276,13 @@ class JaxHostOp:
 
 
 def _single_output_call(
-    packed: Callable, shape: tuple[int, ...], copy: bool, note: str
+    op: JaxHostOp, packed: Callable, shape: tuple[int, ...], copy: bool, note: str
 ) -> Callable[..., list[np.ndarray]]:
     """The host call of an op with one output of static shape: the common case."""
 
     def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
+        if jax_ofg_processes.forked_after_jax_started:  # JAX would deadlock
+            jax_ofg_processes.refuse_call_after_fork(str(op))
         try:
             (buffer,) = packed(*inputs)
             view = np.asarray(buffer).reshape(shape)

@@ -145,6 +145,7 @@ def test_quick_defaults_and_explicit_flags(seir):
     assert (mixed.samplers, mixed.draws, mixed.tune) == (["nutpie"], 10, 30)
 
 
+@pytest.mark.main_job
 def test_default_run_is_trusted_and_warns_about_nothing(tmp_path):
     """Must hold: ``bash scripts/example`` with no arguments, in a fresh process.
 
