@@ -12,11 +12,13 @@ when this package is imported, unless
   (``PYTENSOR_FLAGS=jax_ofg__xla_cache=False``).
 
 Programs that took at least :data:`MIN_COMPILE_SECONDS` to compile are kept
-(JAX's default is one second, which leaves out most single wrapped functions).
+(JAX's default is one second, which leaves out most single wrapped functions),
+unless ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` says otherwise.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import jax
@@ -61,5 +63,8 @@ def configure_xla_cache() -> Path | None:
     path = xla_cache_dir()
     path.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        jax.config.update(
+            "jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS
+        )
     return path

@@ -175,3 +175,38 @@ def test_vectorize_graph_is_one_vmapped_op_only_with_as_jax_op():
     assert ours.name == "vmap(<lambda>)"
     theirs = compiled_ops(pytensor.wrap_jax)
     assert any(isinstance(op, Blockwise) for op in theirs)
+
+
+def test_a_likelihood_around_the_op_joins_its_xla_program_only_with_as_jax_op():
+    """PyTensor code between the value and the gradient (a PyMC likelihood)."""
+
+    def path(theta):
+        return jnp.cumsum(jnp.sin(theta))
+
+    def compiled_graph(wrapper):
+        theta = pt.vector("theta", shape=(4,))
+        mu = wrapper(path)(theta)
+        logp = -0.5 * pt.sum((mu - 1.0) ** 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # wrap_jax: Numba's object mode
+            f = pytensor.function([theta], [logp, pt.grad(logp, theta)])
+        f(np.linspace(0.1, 0.4, 4))
+        return [type(node.op).__name__ for node in f.maker.fgraph.toposort()]
+
+    assert compiled_graph(as_jax_op) == ["JaxIsland"]  # one XLA program per call
+    theirs = compiled_graph(pytensor.wrap_jax)
+    assert theirs.count("JAXOp") == 2  # the forward, and the pullback's own
+    assert len(theirs) > 2  # the likelihood and its gradient outside XLA
+
+
+def test_compiled_numba_code_is_cacheable_only_with_as_jax_op():
+    """PyTensor caches Numba code on disk only for nodes with a cache key."""
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+
+    x = pt.vector("x", shape=(3,))
+    for wrapper, cacheable in ((as_jax_op, True), (pytensor.wrap_jax, False)):
+        node = wrapper(jnp.sin)(x).owner
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # wrap_jax: Numba's object mode
+            _, key = numba_funcify_and_cache_key(node.op, node=node)
+        assert (key is not None) == cacheable
