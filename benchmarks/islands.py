@@ -13,10 +13,12 @@ program. Measured side by side in one run, for two models:
 
 Per call of ``model.logp_dlogp_function()`` at the initial point (medians of
 interleaved batches): default linker with islands, without islands, the C VM
-with islands, ``mode="JAX"`` (the whole model as one XLA program: the target)
-and ``pytensor.wrap_jax`` (one wrapped function for interpolation and solve,
-as a ``wrap_jax`` user writes it) in the default linker. Every candidate is
-first checked to give the same value and gradient.
+with islands, ``mode="JAX"`` (the whole model as one XLA program, its dims
+frozen as numpyro and nutpie's JAX backend compile it: the target) and
+``pytensor.wrap_jax`` (one wrapped function for interpolation and solve, as a
+``wrap_jax`` user writes it) in the default linker. Every candidate is
+first checked to give the same value and gradient, and its outputs are read
+as NumPy arrays, as a sampler reads them.
 
 Also: the compile time (``pytensor.function`` and the first call, which traces
 and compiles XLA) with and without islands; and nutpie (PyMC's default
@@ -64,6 +66,7 @@ from _timing import (  # noqa: E402
     machine_header,
     markdown_table,
 )
+from pymc.model.transform.optimization import freeze_dims_and_data  # noqa: E402
 
 import pytensor  # noqa: E402
 import pytensor.compile.mode as pytensor_modes  # noqa: E402
@@ -95,17 +98,28 @@ class Compiled:
     n_nodes: int
 
 
+def host_values(function: Callable) -> Callable:
+    """``function`` with its outputs as NumPy arrays, as a sampler reads them:
+    under the JAX linker they are JAX arrays, still being computed."""
+
+    def call(x: np.ndarray) -> list[np.ndarray]:
+        return [np.asarray(output) for output in function(x)]
+
+    return call
+
+
 def compile_logp_dlogp(model: pm.Model, mode, x: np.ndarray) -> Compiled:
     start = time.perf_counter()
     function = model.logp_dlogp_function(ravel_inputs=True, mode=mode)
     function = function._pytensor_function
     function.trust_input = True
     built = time.perf_counter()
-    function(x)
+    on_host = host_values(function)
+    on_host(x)
     first = time.perf_counter()
     nodes = function.maker.fgraph.apply_nodes
     return Compiled(
-        function,
+        on_host,
         built - start,
         first - built,
         sum(isinstance(n.op, JaxIsland) for n in nodes),
@@ -114,29 +128,51 @@ def compile_logp_dlogp(model: pm.Model, mode, x: np.ndarray) -> Compiled:
 
 
 # --------------------------------------------------------------- measuring
+def raveled(model: pm.Model, point: dict[str, np.ndarray]) -> np.ndarray:
+    """``point`` as the raveled input of ``model``'s ``logp_dlogp``: freezing a
+    model can reorder its value variables."""
+    return np.concatenate([np.ravel(point[v.name]) for v in model.value_vars])
+
+
+def by_name(
+    model: pm.Model, point: dict[str, np.ndarray], raveled_values: np.ndarray
+) -> dict[str, np.ndarray]:
+    sizes = [np.size(point[v.name]) for v in model.value_vars]
+    parts = np.split(raveled_values, np.cumsum(sizes)[:-1])
+    return {v.name: part for v, part in zip(model.value_vars, parts)}
+
+
 def per_call(name: str, models: dict[str, pm.Model], args) -> tuple[str, dict]:
     ours, theirs = models["ours"], models["wrap_jax"]
     point = ours.initial_point()
-    x = np.concatenate([np.ravel(v) for v in point.values()])
     candidates = {
         "default, islands": (ours, None),
         "default, no islands": (ours, no_islands()),
         "C VM, islands": (ours, "CVM"),
-        'mode="JAX"': (ours, "JAX"),
+        # dims as constants, as pm.sample(nuts_sampler="numpyro") and nutpie's
+        # JAX backend compile it: JAX cannot take lengths from shared variables
+        'mode="JAX"': (freeze_dims_and_data(ours), "JAX"),
         "wrap_jax, default": (theirs, None),
     }
+    inputs = {label: raveled(m, point) for label, (m, _) in candidates.items()}
     compiled = {
-        label: compile_logp_dlogp(model, mode, x)
+        label: compile_logp_dlogp(model, mode, inputs[label])
         for label, (model, mode) in candidates.items()
     }
-    reference = compiled['mode="JAX"'].function(x)
+    reference_model = candidates['mode="JAX"'][0]
+    value, gradient = compiled['mode="JAX"'].function(inputs['mode="JAX"'])
+    reference = (value, by_name(reference_model, point, gradient))
     for label, c in compiled.items():
-        value, gradient = c.function(x)
+        value, gradient = c.function(inputs[label])
+        gradient = by_name(candidates[label][0], point, gradient)
         np.testing.assert_allclose(value, reference[0], rtol=1e-8, err_msg=label)
-        np.testing.assert_allclose(gradient, reference[1], rtol=1e-6, err_msg=label)
+        for var, want in reference[1].items():
+            np.testing.assert_allclose(
+                gradient[var], want, rtol=1e-6, err_msg=f"{label}: {var}"
+            )
 
     stats = interleaved_medians(
-        {label: Call(c.function, (x,)) for label, c in compiled.items()},
+        {label: Call(c.function, (inputs[label],)) for label, c in compiled.items()},
         repeats=args.repeats,
         batch_seconds=args.batch_seconds,
     )

@@ -21,7 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from pytensor.compile.builders import FinalizedOpFromGraph, construct_nominal_fgraph
-from pytensor.compile.jax_ofg_host import TRACED_FUNCTION_NOTE, JaxHostOp
+from pytensor.compile.jax_ofg_host import (
+    TRACED_FUNCTION_NOTE,
+    JaxHostOp,
+    add_note_once,
+)
 from pytensor.compile.mode import get_default_mode, optdb
 from pytensor.graph.basic import Variable
 
@@ -30,6 +34,10 @@ __all__ = ["JaxIsland", "JaxIslandFallbackWarning"]
 
 #: The rewrite's name: ``mode.excluding(ISLANDS_REWRITE)`` turns islands off.
 ISLANDS_REWRITE = "jax_islands"
+
+#: Noted on an error raised while JAX traced an island's lowering: only such
+#: an error may make the island fall back to PyTensor.
+_ISLAND_TRACE_NOTE = "Raised while JAX traced the island "
 
 #: PyTensor's own preparation of a graph for its JAX lowering (registered
 #: under the "jax" tag, which only ``mode="JAX"`` includes): shape arguments
@@ -139,7 +147,11 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
         def jax_island(*inputs: Any) -> tuple:
             if pullbacks:
                 pullbacks.start_trace()
-            outputs = inner(*inputs)
+            try:
+                outputs = inner(*inputs)
+            except Exception as error:
+                add_note_once(error, f"{_ISLAND_TRACE_NOTE}{self}.")
+                raise
             checked = []
             for k, (output, expected) in enumerate(zip(outputs, output_types)):
                 output = jnp.asarray(output, dtype=expected.dtype)
@@ -176,12 +188,21 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
                 try:
                     return jax_call(*inputs)
                 except Exception as error:
-                    if not _island_could_not_trace(error):
+                    if not (_island_could_not_trace(error) and self._fits(inputs)):
                         raise
                     fallback = self._fallback(error)
             return fallback(*inputs)
 
         return host_call
+
+    def _fits(self, inputs: Sequence[Any]) -> bool:
+        """Whether ``inputs`` are arrays of the island's input dtypes and ranks."""
+        return len(inputs) == len(self.input_types) and all(
+            isinstance(x, np.ndarray | np.generic)
+            and x.dtype == t.dtype
+            and x.ndim == t.ndim
+            for x, t in zip(inputs, self.input_types)
+        )
 
     def _fallback(self, error: Exception) -> Callable[..., list[np.ndarray]]:
         import pytensor
@@ -223,8 +244,15 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
 
 
 def _island_could_not_trace(error: Exception) -> bool:
-    """Whether ``error`` is the island's tracing failure, not the user's error."""
+    """Whether ``error`` is the island's tracing failure, not the user's error.
+
+    Only an error raised while JAX traced the lowering counts: not one of a
+    wrapped function's own (traced inside it), not one of the running XLA
+    program, not a bad input that ``jax.jit`` refused before tracing.
+    """
     if isinstance(error, jax.errors.JaxRuntimeError):
-        return False  # raised by the running XLA program
+        return False
     notes = getattr(error, "__notes__", ())
-    return not any(note.startswith(TRACED_FUNCTION_NOTE) for note in notes)
+    return any(note.startswith(_ISLAND_TRACE_NOTE) for note in notes) and not any(
+        note.startswith(TRACED_FUNCTION_NOTE) for note in notes
+    )

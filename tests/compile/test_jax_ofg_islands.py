@@ -454,6 +454,25 @@ def test_errors_of_a_wrapped_function_are_not_hidden_by_the_fallback(island_mode
             f(np.zeros(4))
 
 
+def test_a_bad_input_is_an_error_not_a_fallback(island_mode):
+    """An input jax.jit refuses before tracing must not turn the island off."""
+    theta, logp = likelihood_graph()
+    f = compile_function([theta], [logp, pt.grad(logp, theta)], island_mode)
+    (island,) = islands(f)
+    assert len(island.fgraph.inputs) == 1  # theta
+    host = island.host_function()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JaxIslandFallbackWarning)
+        with pytest.raises(ValueError, match="None is not a valid value"):
+            host(None)
+        outputs = host(THETA)
+    (value,) = [o for o in outputs if o.ndim == 0]
+    (gradient,) = [o for o in outputs if o.ndim == 1]
+    want_value, want_gradient = jax.value_and_grad(reference_logp)(THETA)
+    np.testing.assert_allclose(value, want_value, rtol=1e-10)
+    np.testing.assert_allclose(gradient, want_gradient, rtol=1e-10)
+
+
 # ================================================== pickling and threads
 def test_a_compiled_function_with_an_island_runs_in_a_fresh_process(tmp_path):
     model = models.sir_model()
