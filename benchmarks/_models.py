@@ -54,6 +54,7 @@ def sir_solve_jax(beta, y0, days, gamma):
         y0,
         saveat=diffrax.SaveAt(ts=days),
         stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8),
+        throw=False,  # a failed solve during warm-up: an infinite logp, a rejection
     )
     return solution.ys
 

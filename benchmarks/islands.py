@@ -21,9 +21,10 @@ first checked to give the same value and gradient, and its outputs are read
 as NumPy arrays, as a sampler reads them.
 
 Also: the compile time (``pytensor.function`` and the first call, which traces
-and compiles XLA) with and without islands; and nutpie (PyMC's default
-sampler, Numba backend) with and without islands, and with its JAX backend:
-wall time of a fixed run and time per gradient evaluation.
+and compiles XLA; the persistent XLA cache is off here) with and without
+islands; and nutpie (PyMC's default sampler, Numba backend) with and without
+islands, and with its JAX backend: wall time of a fixed run and time per
+gradient evaluation.
 
 Run::
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 import warnings
@@ -47,6 +49,10 @@ from pathlib import Path
 
 import numpy as np
 
+
+# Compile times are measured, not read back: no persistent XLA cache
+# (benchmarks/cold_start.py measures the cache).
+os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
 
 ROOT = Path(__file__).resolve().parents[1]
 if (ROOT / "conftest.py").exists():  # inside the checkout: use its modules

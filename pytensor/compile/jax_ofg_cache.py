@@ -8,8 +8,11 @@ when this package is imported, unless
 
 * the user configured a cache directory for JAX (``jax_compilation_cache_dir``
   or ``JAX_COMPILATION_CACHE_DIR``): theirs wins; or
-* the PyTensor flag ``jax_ofg__xla_cache`` is off
-  (``PYTENSOR_FLAGS=jax_ofg__xla_cache=False``).
+* JAX's cache is switched off (``JAX_ENABLE_COMPILATION_CACHE=false``), or
+  the PyTensor flag ``jax_ofg__xla_cache`` is (in ``.pytensorrc``, or
+  ``PYTENSOR_FLAGS=jax_ofg__xla_cache=False``, of which PyTensor warns that it
+  does not recognise the flag: it is registered after PyTensor is imported,
+  and it does take effect).
 
 Programs that took at least :data:`MIN_COMPILE_SECONDS` to compile are kept
 (JAX's default is one second, which leaves out most single wrapped functions),
@@ -56,9 +59,13 @@ def configure_xla_cache() -> Path | None:
     """Turn on JAX's persistent compilation cache in :func:`xla_cache_dir`.
 
     Returns the directory, or None when the user configured JAX's cache
-    themselves or turned ours off.
+    themselves or turned it or ours off.
     """
-    if not config.jax_ofg__xla_cache or jax.config.jax_compilation_cache_dir:
+    if (
+        not config.jax_ofg__xla_cache
+        or not jax.config.jax_enable_compilation_cache
+        or jax.config.jax_compilation_cache_dir
+    ):
         return None
     path = xla_cache_dir()
     path.mkdir(parents=True, exist_ok=True)

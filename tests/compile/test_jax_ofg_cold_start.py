@@ -194,6 +194,10 @@ def test_the_xla_cache_goes_under_compiledir_unless_configured(tmp_path):
         env={"PYTENSOR_FLAGS": f"base_compiledir={tmp_path},jax_ofg__xla_cache=False"},
     )
     assert off["dir"] is None
+    jax_off = run(
+        CONFIG, tmp_path / "cache", env={"JAX_ENABLE_COMPILATION_CACHE": "false"}
+    )
+    assert jax_off["dir"] is None  # JAX's own switch
 
 
 # ============================================================== registry
