@@ -110,16 +110,21 @@ def test_shared_length_without_pymc_is_traced_at_its_current_size():
     np.testing.assert_allclose(interpolated.eval({offset: [2.0]}), np.full(5, 2.0))
 
 
-def test_current_size_is_not_traced_when_the_symbolic_trace_works(monkeypatch):
-    traced = []
+@pytest.fixture
+def traced(monkeypatch) -> list[str]:
+    """The labels of the shape traces tried, in order."""
+    labels = []
     original = jax_ofg_shapes._attempt
 
     def record(label, *args):
-        traced.append(label)
+        labels.append(label)
         return original(label, *args)
 
     monkeypatch.setattr(jax_ofg_shapes, "_attempt", record)
+    return labels
 
+
+def test_current_size_is_not_traced_when_the_symbolic_trace_works(traced):
     @as_jax_op
     def cumulative(x):
         return jnp.cumsum(x)
@@ -132,21 +137,13 @@ def test_current_size_is_not_traced_when_the_symbolic_trace_works(monkeypatch):
     assert out.owner.op.traced_sizes == {}
 
 
-def test_static_shapes_trace_once_and_fold_nothing(monkeypatch):
+def test_static_shapes_trace_once_and_fold_nothing(monkeypatch, traced):
     import pytensor.compile.jax_ofg_dims as jax_ofg_dims
 
     def fail(*args, **kwargs):
         raise AssertionError("folded a shape graph of a static shape")
 
     monkeypatch.setattr(jax_ofg_dims, "_fold", fail)
-    traced = []
-    original = jax_ofg_shapes._attempt
-
-    def record(label, *args):
-        traced.append(label)
-        return original(label, *args)
-
-    monkeypatch.setattr(jax_ofg_shapes, "_attempt", record)
     out = as_jax_op(lambda x: 2.0 * x, name="double")(pt.vector("x", shape=(3,)))
     assert out.type.shape == (3,)
     assert traced == ["static shapes"]
@@ -309,16 +306,7 @@ def test_value_and_gradient_of_a_pinned_function_share_one_forward_pass(mode):
 
 
 # =========================================== 3. one symbol per shared dimension
-def test_matmul_over_a_shared_feature_dim_keeps_symbolic_shapes(monkeypatch, mode):
-    traced = []
-    original = jax_ofg_shapes._attempt
-
-    def record(label, *args):
-        traced.append(label)
-        return original(label, *args)
-
-    monkeypatch.setattr(jax_ofg_shapes, "_attempt", record)
-
+def test_matmul_over_a_shared_feature_dim_keeps_symbolic_shapes(traced, mode):
     @as_jax_op
     def linear(X, beta):
         return X @ beta
