@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import threading
 import types
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +44,30 @@ def stable_key(value: Any) -> str:
     >>> stable_key(np.zeros(2)) == stable_key(np.zeros(2))
     True
     """
+    # A value met again while it is being described (a recursive local
+    # function holds itself in its closure) is named, not described again.
+    describing = _describing()
+    if id(value) in describing:
+        named = value if hasattr(value, "__qualname__") else type(value)
+        return f"<recursive {_qualified(named)}>"
+    describing.add(id(value))
+    try:
+        return _describe(value)
+    finally:
+        describing.discard(id(value))
+
+
+_THREAD = threading.local()
+
+
+def _describing() -> set[int]:
+    """The ids of the values being described now, in this thread."""
+    if not hasattr(_THREAD, "ids"):
+        _THREAD.ids = set()
+    return _THREAD.ids
+
+
+def _describe(value: Any) -> str:
     for kind, describe in _DESCRIBERS:
         if isinstance(value, kind):
             return describe(value)

@@ -241,6 +241,27 @@ def test_two_closures_of_one_name_never_share_a_registry_key():
         np.testing.assert_allclose(f2(xv), 2.0 * np.sin(xv))  # still its own
 
 
+def sines_of(depth):
+    def repeated(x, n):  # recursive: holds itself in its closure
+        return x if n == 0 else repeated(jnp.sin(x), n - 1)
+
+    @as_jax_op
+    def sines(x):
+        return repeated(x, depth)
+
+    return sines
+
+
+def test_a_recursive_helper_in_the_closure_gets_a_key():
+    x = pt.vector("x", shape=(3,))
+    xv = np.array([0.1, 0.2, 0.3])
+    twice = pytensor.function([x], sines_of(2)(x), mode="NUMBA")
+    thrice = pytensor.function([x], sines_of(3)(x), mode="NUMBA")
+    assert numba_key_of(twice) != numba_key_of(thrice)
+    np.testing.assert_allclose(twice(xv), np.sin(np.sin(xv)), rtol=1e-12)
+    np.testing.assert_allclose(thrice(xv), np.sin(np.sin(np.sin(xv))), rtol=1e-12)
+
+
 def test_equal_ops_share_a_key_and_outlive_each_other():
     import gc
 
