@@ -22,7 +22,12 @@ sys.path += [{str(ROOT / "tests")!r}, {str(ROOT / "tests" / "compile")!r}]
 
 
 def run_python(
-    arguments: list[str], folder: Path, *, timeout: float = 600, check: bool = True
+    arguments: list[str],
+    folder: Path,
+    *,
+    timeout: float = 600,
+    check: bool = True,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run ``python *arguments`` in ``folder``; return its outcome.
 
@@ -34,12 +39,16 @@ def run_python(
     The processes run in their own process group, which is killed when
     ``timeout`` (seconds) passes: a hang fails the test and leaves no worker
     behind. With ``check``, a non-zero exit fails the test with the end of
-    stderr.
+    stderr. ``env`` adds to (or overrides) the environment.
     """
     startup = Path(folder) / "_checkout_startup"
     startup.mkdir(exist_ok=True)
     (startup / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(startup), *_pythonpath()])}
+    env = {
+        **os.environ,
+        **(env or {}),
+        "PYTHONPATH": os.pathsep.join([str(startup), *_pythonpath()]),
+    }
     process = subprocess.Popen(
         [sys.executable, *arguments],
         cwd=folder,
@@ -67,12 +76,17 @@ def run_python(
 
 
 def run_script(
-    code: str, folder: Path, *, timeout: float = 600, check: bool = True
+    code: str,
+    folder: Path,
+    *,
+    timeout: float = 600,
+    check: bool = True,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run ``code`` as the script ``folder/script.py`` (see :func:`run_python`)."""
     script = Path(folder) / "script.py"
     script.write_text(textwrap.dedent(code))
-    return run_python([str(script)], folder, timeout=timeout, check=check)
+    return run_python([str(script)], folder, timeout=timeout, check=check, env=env)
 
 
 def _pythonpath() -> list[str]:

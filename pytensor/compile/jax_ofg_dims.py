@@ -14,6 +14,8 @@ variable's type may still be known to PyTensor:
   variables. Only that small integer graph is ever evaluated, never the graph
   whose shape it is.
 
+Registers nothing.
+
 Examples
 --------
 >>> import numpy as np
@@ -39,10 +41,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytensor import config
+from pytensor.compile.maker import function
+from pytensor.compile.mode import Mode
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable, equal_computations
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import ancestors, graph_inputs, toposort
+from pytensor.tensor.basic import infer_shape_db
+from pytensor.tensor.rewriting.basic import topo_constant_folding
+from pytensor.tensor.rewriting.shape import ShapeFeature
 from pytensor.tensor.shape import Shape, Shape_i
 from pytensor.tensor.type import TensorType
 
@@ -69,14 +76,14 @@ _folded: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _fold(variable: Variable, dims: Sequence[int]) -> list[Variable]:
     """The shape graphs of ``variable.shape[d]``, simplified as far as PyTensor can.
 
-    As :func:`~pytensor.tensor.basic.infer_static_shape`, but returns the
-    folded graphs, rooted at the original graph inputs (so shared variables
-    keep their identity).
+    The two passes of :func:`~pytensor.tensor.basic.infer_static_shape`
+    (``infer_shape_db``, then constant folding), which cannot be called
+    instead: it returns only the static sizes, and its graph clones the
+    inputs. The dims need the folded graphs, rooted at the original inputs,
+    so that shared variables keep their identity (two dims over one PyMC
+    ``dim_lengths`` entry compare equal, and a computable length is evaluated
+    from the live shared value).
     """
-    from pytensor.tensor.basic import infer_shape_db
-    from pytensor.tensor.rewriting.basic import topo_constant_folding
-    from pytensor.tensor.rewriting.shape import ShapeFeature
-
     graph = FunctionGraph(
         outputs=[variable.shape[d] for d in dims],
         features=[ShapeFeature()],
@@ -175,10 +182,7 @@ def evaluate_lengths(graphs: Sequence[Variable]) -> list[int]:
     Compiled without rewrites and run in Python: cheap for a few integer
     operations, and nothing else is in these graphs.
     """
-    import pytensor
-    from pytensor.compile.mode import Mode
-
-    evaluate = pytensor.function(
+    evaluate = function(
         [], list(graphs), mode=Mode(linker="py", optimizer=None)
     )
     return [int(value) for value in evaluate()]

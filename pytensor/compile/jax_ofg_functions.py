@@ -13,6 +13,8 @@ Their JAX transformations (derivatives, ``vmap``) are in
 
 Every class here is a frozen dataclass: equal fields give equal, equally hashed
 functions, which is what makes two equal ops compare equal and merge.
+
+Registers nothing.
 """
 
 from __future__ import annotations

@@ -1,110 +1,40 @@
 """Calling a jitted JAX function from PyTensor's host linkers.
 
-Two kinds of ops hold a JAX computation: :class:`~pytensor.compile.jax_ofg.OpFromJax`
-(one wrapped function) and :class:`~pytensor.compile.jax_ofg_island.JaxIsland`
+Two kinds of ops hold a JAX computation: :class:`~pytensor.compile.jax_ofg_op.OpFromJax`
+(one wrapped function) and :class:`~pytensor.compile.jax_ofg_island_op.JaxIsland`
 (a connected part of a PyTensor graph lowered by PyTensor's JAX backend). In the
 Python, C VM and Numba linkers both are called the same way, through the
 :class:`JaxHostOp` mixin: one ``jax.jit`` of :meth:`JaxHostOp.jax_callable`,
-shared by equal ops, whose outputs are handed back as owned NumPy arrays.
+shared by equal ops, whose outputs leave XLA packed into one buffer per dtype
+(:mod:`~pytensor.compile.jax_ofg_packing`) and are handed on as NumPy arrays.
+:func:`graph_holds_jax_ops` finds such ops in a graph.
+
+Registers nothing.
 """
 
 from __future__ import annotations
 
-import math
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pytensor.compile import jax_ofg_processes
+from pytensor.compile import jax_ofg_fork
+from pytensor.compile.jax_ofg_errors import add_note_once
+from pytensor.compile.jax_ofg_lru import BoundedCache
+from pytensor.compile.jax_ofg_packing import DtypePacking, Plan
 from pytensor.graph.basic import Apply
-from pytensor.graph.op import is_thunk_type
+from pytensor.graph.op import HasMultipleInnerGraph, is_thunk_type
+from pytensor.graph.traversal import apply_ancestors
 from pytensor.tensor.type import TensorType
-
-
-class BoundedCache:
-    """A thread-safe LRU mapping; values are built on a miss."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self._entries: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Any, build: Callable[[], Any]) -> Any:
-        with self._lock:
-            value = self._entries.get(key)
-            if value is not None:
-                self._entries.move_to_end(key)
-                return value
-        value = build()
-        with self._lock:
-            value = self._entries.setdefault(key, value)
-            if len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-        return value
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 #: Jitted functions of recently used ops (see :attr:`JaxHostOp.jitted`).
 JITTED = BoundedCache(64)
 
-
-#: Starts the note on errors raised while JAX traces a wrapped function (see
-#: the JAX dispatch of OpFromJax).
-TRACED_FUNCTION_NOTE = "Raised while JAX traced the function in "
-
-
-def add_note_once(error: BaseException, note: str) -> None:
-    """Add ``note`` to ``error`` unless it has it (JAX re-raises cached errors)."""
-    if note not in getattr(error, "__notes__", ()):
-        error.add_note(note)
-
-
-class OutputPacking:
-    """How an op's outputs leave XLA: packed into one flat buffer per dtype.
-
-    Every output of a JAX executable is a buffer of its own, with its own
-    Python object and readiness check on the host (about 4 µs each on CPU).
-    Packed inside the XLA program, the outputs cross in one buffer per dtype
-    and the host takes each as a view of it.
-
-    Parameters
-    ----------
-    output_types
-        The op's output types.
-    """
-
-    def __init__(self, output_types: Sequence[TensorType]):
-        self.dtypes = tuple(dict.fromkeys(t.dtype for t in output_types))
-        self.buffer_of = tuple(self.dtypes.index(t.dtype) for t in output_types)
-        self.static_shapes = tuple(
-            None if None in t.shape else tuple(t.shape) for t in output_types
-        )
-
-    def pack(self, outputs: Sequence[Any]) -> tuple:
-        """The traced outputs, raveled and concatenated by dtype."""
-        groups: list[list] = [[] for _ in self.dtypes]
-        for output, buffer in zip(outputs, self.buffer_of):
-            groups[buffer].append(jnp.ravel(output))
-        return tuple(
-            group[0] if len(group) == 1 else jnp.concatenate(group) for group in groups
-        )
-
-    def plan(self, shapes: Sequence[tuple[int, ...]]) -> list[tuple]:
-        """Per output: ``(buffer, start, stop, shape)`` for outputs of ``shapes``."""
-        offsets = [0] * len(self.dtypes)
-        plan = []
-        for shape, buffer in zip(shapes, self.buffer_of):
-            start = offsets[buffer]
-            offsets[buffer] = stop = start + math.prod(shape)
-            plan.append((buffer, start, stop, tuple(shape)))
-        return plan
+HostFunction = Callable[..., list[np.ndarray]]
 
 
 class JaxHostOp:
@@ -117,6 +47,10 @@ class JaxHostOp:
 
     output_types: Sequence[TensorType]
 
+    #: Positions of inputs passed to ``jax.jit`` as static Python integers
+    #: (lengths the XLA program needs as constants; a new value retraces).
+    static_inputs: tuple[int, ...] = ()
+
     def jax_callable(self) -> Callable[..., tuple]:
         """The JAX function of the op's inputs, returning a tuple of outputs."""
         raise NotImplementedError
@@ -124,10 +58,6 @@ class JaxHostOp:
     def error_note(self) -> str:
         """Added to errors raised while the op runs, naming it."""
         return f"Raised by {self}."
-
-    #: Positions of inputs passed to ``jax.jit`` as static Python integers
-    #: (lengths the XLA program needs as constants; a new value retraces).
-    static_inputs: tuple[int, ...] = ()
 
     @property
     def jitted(self) -> Callable:
@@ -139,12 +69,17 @@ class JaxHostOp:
         """
         return JITTED.get(self, lambda: jax.jit(self.jax_callable()))
 
+    @property
+    def packing(self) -> DtypePacking:
+        """How the outputs leave XLA: one buffer per dtype."""
+        return DtypePacking.of([t.dtype for t in self.output_types])
+
     def _packed(self) -> tuple[Callable, dict]:
-        """``jax.jit`` of the function with packed outputs (see :class:`OutputPacking`),
-        and the output shapes it was traced with, by input shapes."""
+        """``jax.jit`` of the function with packed outputs, and the output
+        shapes it was traced with, by :meth:`_signature` of the inputs."""
 
         def build() -> tuple[Callable, dict]:
-            fn, packing = self.jax_callable(), OutputPacking(self.output_types)
+            fn, packing = self.jax_callable(), self.packing
             traced_shapes: dict[tuple, tuple] = {}
 
             def packed(*inputs):
@@ -192,9 +127,27 @@ class JaxHostOp:
             tuple(int(inputs[i]) for i in self.static_inputs),
         )
 
-    def host_function(
-        self, writable: Sequence[bool] | None = None
-    ) -> Callable[..., list[np.ndarray]]:
+    def _program(self, packed: Callable) -> Callable[..., list[np.ndarray]]:
+        """``packed`` on host arrays, returning its buffers as (read-only) NumPy arrays.
+
+        The one place a host call enters JAX: it refuses to run in a process
+        forked after JAX started (JAX would deadlock), and notes this op on
+        any error (XLA's runtime errors surface when a buffer is read).
+        """
+        what, note = str(self), self.error_note()
+
+        def program(*inputs: np.ndarray) -> list[np.ndarray]:
+            if jax_ofg_fork.forked_after_jax_started:
+                jax_ofg_fork.refuse_call_after_fork(what)
+            try:
+                return [np.asarray(b) for b in packed(*inputs)]
+            except Exception as error:
+                add_note_once(error, note)
+                raise
+
+        return program
+
+    def host_function(self, writable: Sequence[bool] | None = None) -> HostFunction:
         """The jitted function on host arrays (thunks hold it for their lifetime).
 
         JAX buffers are read-only and may alias inputs or constants. Outputs
@@ -202,46 +155,49 @@ class JaxHostOp:
         for outputs that a downstream in-place op may write into or that the
         compiled function returns; the others are read-only views of the
         buffers JAX returned (see ``jax_ofg_readonly_outputs`` in
-        :mod:`pytensor.tensor.rewriting.jax_ofg`).
+        :mod:`pytensor.tensor.rewriting.jax_ofg_readonly_outputs`).
         """
         packed, traced_shapes = self._packed()
-        packing, note = OutputPacking(self.output_types), self.error_note()
-        n_outputs = len(packing.buffer_of)
-        copied = tuple(writable) if writable is not None else (True,) * n_outputs
-        if n_outputs == 1 and packing.static_shapes[0] is not None:
-            return _single_output_call(
-                self, packed, packing.static_shapes[0], copied[0], note
-            )
+        program, packing = self._program(packed), self.packing
+        dtypes = [t.dtype for t in self.output_types]
+        copied = tuple(writable) if writable is not None else (True,) * len(dtypes)
+        static_shapes = [t.shape for t in self.output_types]
         static_plan = (
             None
-            if None in packing.static_shapes
-            else packing.plan(packing.static_shapes)
+            if any(None in shape for shape in static_shapes)
+            else packing.plan(static_shapes, dtypes)
         )
-        plans: dict[tuple, list] = {}
+        if static_plan is not None and len(static_plan) == 1:
+            # One output of static shape: the common case, kept lean.
+            ((_, _, _, shape),), (copy,) = static_plan, copied
 
-        def plan_for(inputs: Sequence[Any]) -> list[tuple]:
+            def single_output_call(*inputs: np.ndarray) -> list[np.ndarray]:
+                (buffer,) = program(*inputs)
+                view = buffer.reshape(shape)
+                return [view.copy() if copy else view]
+
+            return single_output_call
+
+        plans: dict[tuple, Plan] = {}
+
+        def plan_for(inputs: Sequence[Any]) -> Plan:
             key = self._signature(inputs)
             if jax.config.jax_disable_jit:  # ran eagerly just now: other shapes
-                return packing.plan(traced_shapes[key])
+                return packing.plan(traced_shapes[key], dtypes)
             plan = plans.get(key)
             if plan is None:
                 shapes = traced_shapes.get(key)
                 if shapes is None:  # not traced through `packed` (never seen)
                     shapes = self._output_shapes(inputs)
-                plan = plans[key] = packing.plan(shapes)
+                plan = plans[key] = packing.plan(shapes, dtypes)
             return plan
 
         def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
-            if jax_ofg_processes.forked_after_jax_started:  # JAX would deadlock
-                jax_ofg_processes.refuse_call_after_fork(str(self))
-            try:
-                buffers = [np.asarray(b) for b in packed(*inputs)]
-            except Exception as error:
-                add_note_once(error, note)
-                raise
-            plan = static_plan or plan_for(inputs)
+            buffers = program(*inputs)
             outputs = []
-            for (buffer, start, stop, shape), copy in zip(plan, copied):
+            for (buffer, start, stop, shape), copy in zip(
+                static_plan or plan_for(inputs), copied
+            ):
                 view = buffers[buffer][start:stop].reshape(shape)
                 outputs.append(view.copy() if copy else view)
             return outputs
@@ -275,25 +231,6 @@ class JaxHostOp:
         return thunk
 
 
-def _single_output_call(
-    op: JaxHostOp, packed: Callable, shape: tuple[int, ...], copy: bool, note: str
-) -> Callable[..., list[np.ndarray]]:
-    """The host call of an op with one output of static shape: the common case."""
-
-    def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
-        if jax_ofg_processes.forked_after_jax_started:  # JAX would deadlock
-            jax_ofg_processes.refuse_call_after_fork(str(op))
-        try:
-            (buffer,) = packed(*inputs)
-            view = np.asarray(buffer).reshape(shape)
-        except Exception as error:
-            add_note_once(error, note)
-            raise
-        return [view.copy() if copy else view]
-
-    return host_call
-
-
 #: Where the rewrite ``jax_ofg_readonly_outputs`` notes, on a node, which of
 #: its outputs must be writeable.
 WRITABLE_TAG = "jax_ofg_writable"
@@ -306,3 +243,20 @@ def writable_outputs(node: Apply) -> tuple[bool, ...]:
     otherwise for this node of the compiled graph.
     """
     return getattr(node.tag, WRITABLE_TAG, (True,) * len(node.outputs))
+
+
+def graph_holds_jax_ops(outputs: Iterable[Any]) -> bool:
+    """Whether the graph of ``outputs`` holds an op that runs JAX code.
+
+    :class:`JaxHostOp` nodes count, also inside the inner graphs of other ops
+    (``OpFromGraph``, ``Scan``, PyMC's symbolic random variables).
+    """
+    for node in apply_ancestors(list(outputs)):
+        if isinstance(node.op, JaxHostOp):
+            return True
+        if isinstance(node.op, HasMultipleInnerGraph) and any(
+            graph_holds_jax_ops(inner.outputs)
+            for inner in node.op.inner_graphs.values()
+        ):
+            return True
+    return False

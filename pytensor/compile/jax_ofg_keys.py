@@ -3,7 +3,7 @@
 PyTensor caches compiled Numba code on disk under a key per node; a node
 without a key makes its whole graph uncacheable. :func:`stable_key` describes
 an :class:`~pytensor.compile.jax_ofg.OpFromJax` or a
-:class:`~pytensor.compile.jax_ofg_island.JaxIsland` by what it computes -- its
+:class:`~pytensor.compile.jax_ofg_island_op.JaxIsland` by what it computes -- its
 inner functions (by module, name, code and closure), static arguments (arrays
 by content), types and inner graph -- so the same op in a new process gets
 the same key.
@@ -12,6 +12,8 @@ The description is best effort: a value that cannot be described stably (an
 object whose ``repr`` shows its address) only costs a cache miss, never a
 wrong result. Correctness rests on the Numba dispatch's registry, which never
 lets two different ops of one process share a key.
+
+Registers nothing.
 """
 
 from __future__ import annotations

@@ -1,30 +1,26 @@
-"""Processes and JAX: wrapped functions never deadlock in a forked process.
+"""PyMC and the JAX linker: processes running wrapped functions never deadlock.
 
-JAX cannot run in a process forked after it started: XLA's thread pool does
-not survive ``fork``, so a computation that needs it waits forever, and JAX
-cannot be re-initialised in the child. This module makes that case safe in
-three ways:
+JAX cannot run in a process forked after it started (see
+:mod:`~pytensor.compile.jax_ofg_fork`, whose at-fork handlers make every host
+call in such a process raise a clear error). This module covers the rest:
 
-* **a clear error instead of a deadlock**: an at-fork handler notes, in every
-  forked child, whether JAX had started in its parent. Ops holding JAX code
-  (:class:`~pytensor.compile.jax_ofg.OpFromJax` and
-  :class:`~pytensor.compile.jax_ofg_island.JaxIsland`) check that note before
-  every host call (:meth:`~pytensor.compile.jax_ofg_host.JaxHostOp.host_function`)
-  and raise :class:`ForkedAfterJaxError`, which says what to use instead;
-* **the same under the JAX linker**, which has no host call: a function
-  compiled with ``mode="JAX"`` whose graph holds such ops checks the note
-  before calling its XLA program;
 * **PyMC picks a safe start method by itself**: when ``pm.sample`` or
   ``pm.sample_smc`` runs chains in processes, the user gave no ``mp_ctx`` and
-  the model holds such ops, PyMC's choice of ``fork`` becomes ``forkserver``
+  the model holds JAX ops, PyMC's choice of ``fork`` becomes ``forkserver``
   (``spawn`` where there is no forkserver). PyMC does the same on its own only
   when the compile mode is JAX. Other models, an explicit ``mp_ctx`` and the
-  rest of the program's multiprocessing are left alone.
+  rest of the program's multiprocessing are left alone
+  (:func:`install_pymc_start_method_choice`);
+* **the JAX linker**, which has no host call: a function compiled with
+  ``mode="JAX"`` whose graph holds such ops checks the fork note before
+  calling its XLA program (:func:`install_jax_linker_check`).
 
-Importing the module installs all three. Each step checks the PyMC and
-PyTensor internals it relies on and leaves them as they are when they have
-moved (the at-fork error still prevents the deadlock);
-``tests/compile/test_jax_ofg_processes.py`` fails when they do.
+Each step checks the PyMC and PyTensor internals it relies on and leaves them
+as they are when they have moved (the at-fork error still prevents the
+deadlock); ``tests/compile/test_jax_ofg_processes.py`` fails when they do.
+
+Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` calls both
+``install_*`` functions.
 """
 
 from __future__ import annotations
@@ -34,20 +30,19 @@ import importlib.abc
 import importlib.machinery
 import logging
 import multiprocessing
-import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from types import FrameType, ModuleType
 from typing import Any
 
-import jax
+from pytensor.compile import jax_ofg_fork
+from pytensor.compile.jax_ofg_host import graph_holds_jax_ops
 
 
 __all__ = [
     "SAFE_START_METHOD",
-    "ForkedAfterJaxError",
-    "graph_holds_jax_ops",
-    "jax_started",
+    "install_jax_linker_check",
+    "install_pymc_start_method_choice",
     "model_holds_jax_ops",
 ]
 
@@ -55,95 +50,6 @@ __all__ = [
 SAFE_START_METHOD = (
     "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 )
-
-#: True in a process forked after JAX had started in its parent (or in an
-#: ancestor): JAX cannot run here. Read by every host call, so kept a plain
-#: module global.
-forked_after_jax_started = False
-
-_jax_started_before_fork = False
-
-
-class ForkedAfterJaxError(jax.errors.JaxRuntimeError):
-    """A wrapped JAX function was called in a process forked after JAX started.
-
-    A :class:`jax.errors.JaxRuntimeError` (and so a :class:`RuntimeError`):
-    JAX cannot run here. JAX islands pass it on as the program's own error
-    instead of falling back to PyTensor, which would fail the same way.
-    """
-
-
-def jax_started() -> bool:
-    """Whether this process has initialised a JAX backend (and its threads).
-
-    Building a graph with a wrapped function does (its shapes are traced), as
-    does any JAX computation. When JAX's private check has moved, assume it
-    has: a clear error in a forked child is better than a deadlock.
-    """
-    from jax._src import xla_bridge
-
-    started = getattr(xla_bridge, "backends_are_initialized", None)
-    return True if started is None else bool(started())
-
-
-def _before_fork() -> None:
-    # In the parent, where JAX's lock may be taken safely.
-    global _jax_started_before_fork
-    _jax_started_before_fork = jax_started()
-
-
-def _after_fork_in_child() -> None:
-    global forked_after_jax_started
-    forked_after_jax_started = forked_after_jax_started or _jax_started_before_fork
-
-
-if hasattr(os, "register_at_fork"):  # Unix; elsewhere there is no fork
-    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
-
-
-def refuse_call_after_fork(what: str) -> None:
-    """Raise :class:`ForkedAfterJaxError` for ``what`` (the op or function called).
-
-    Called by host calls and JAX-linker functions when
-    :data:`forked_after_jax_started` is set.
-    """
-    raise ForkedAfterJaxError(
-        f"{what} cannot run in this process: it was forked (os.fork, e.g. "
-        "multiprocessing's 'fork' start method) after JAX had started in its "
-        "parent, and JAX deadlocks in such a process (XLA's threads do not "
-        "survive a fork). Start worker processes with 'forkserver' or 'spawn' "
-        "instead: with PyMC, leave `mp_ctx` unset (models holding JAX ops get "
-        "'forkserver') or pass mp_ctx='forkserver'; with multiprocessing, use "
-        "multiprocessing.get_context('forkserver'). Either one re-imports the "
-        "main script in the workers: guard its entry point with "
-        '`if __name__ == "__main__":`.'
-    )
-
-
-# --------------------------------------------------------------------------
-# Which graphs and models hold JAX ops
-# --------------------------------------------------------------------------
-
-
-def graph_holds_jax_ops(outputs: Iterable[Any]) -> bool:
-    """Whether the graph of ``outputs`` holds an op that runs JAX code.
-
-    ``OpFromJax`` and ``JaxIsland`` nodes count, also inside the inner graphs
-    of other ops (``OpFromGraph``, ``Scan``, PyMC's symbolic random variables).
-    """
-    from pytensor.compile.jax_ofg_host import JaxHostOp
-    from pytensor.graph.op import HasMultipleInnerGraph
-    from pytensor.graph.traversal import apply_ancestors
-
-    for node in apply_ancestors(list(outputs)):
-        if isinstance(node.op, JaxHostOp):
-            return True
-        if isinstance(node.op, HasMultipleInnerGraph) and any(
-            graph_holds_jax_ops(inner.outputs)
-            for inner in node.op.inner_graphs.values()
-        ):
-            return True
-    return False
 
 
 def model_holds_jax_ops(model: Any) -> bool:
@@ -281,8 +187,8 @@ class _ForkCheckedFunction:
         self._compiled = compiled
 
     def __call__(self, *args):
-        if forked_after_jax_started:
-            refuse_call_after_fork(
+        if jax_ofg_fork.forked_after_jax_started:
+            jax_ofg_fork.refuse_call_after_fork(
                 "A function compiled with mode='JAX' that holds wrapped JAX functions"
             )
         return self._compiled(*args)
@@ -316,7 +222,3 @@ def install_jax_linker_check() -> bool:
     checked_jit_compile.checks_forked_processes = True
     JAXLinker.jit_compile = checked_jit_compile
     return True
-
-
-install_pymc_start_method_choice()
-install_jax_linker_check()

@@ -31,6 +31,8 @@ the one before cannot answer):
    contradicts its dims is a clear error naming the function and the dim.
 4. Otherwise a :class:`ShapeInferenceError` names the inputs of unknown size
    (by PyMC ``dims`` and current lengths), what was tried, and what to do.
+
+Registers nothing.
 """
 
 from __future__ import annotations
@@ -125,43 +127,60 @@ def stand_in_shapes(shapes: Sequence[tuple], size: int) -> list[tuple]:
 _SYMBOL = re.compile(r"\bs(\d+)_(\d+)\b")
 
 
-def shift_symbols(expression: int | str | None, offsets: Sequence[int]) -> Any:
-    """Rename the symbols of a dim expression when input ``i`` gains ``offsets[i]``
-    leading dims (``s0_0`` becomes ``s0_2`` for two batch dims).
+@dataclass(frozen=True)
+class InputMap:
+    """Where the inputs of an op sit in an op derived from it, for dim symbols.
 
-    >>> shift_symbols("2*s0_0 + s1_0", [2, 0])
+    A derived op (a vmapped op, an op with constant inputs baked in) names
+    its input dims by its own positions. Input ``i`` of the original op is
+    input ``index[i]`` of the derived op (None: baked in, with the static
+    shape ``shapes[i]``) and gained ``leading_dims[i]`` leading dims. Empty
+    fields mean "unchanged". :meth:`rename` carries dim expressions (and
+    traced lengths) over.
+
+    Examples
+    --------
+    >>> InputMap(leading_dims=(2, 0)).rename("2*s0_0 + s1_0")
     '2*s0_2 + s1_0'
-    """
-    if not isinstance(expression, str):
-        return expression
-    return _SYMBOL.sub(
-        lambda m: symbol_name(int(m[1]), int(m[2]) + offsets[int(m[1])]), expression
-    )
-
-
-def renumber_symbols(
-    expression: int | str | None,
-    new_index: Sequence[int | None],
-    shapes: Sequence[tuple[int | None, ...]],
-) -> Any:
-    """Rename the symbols of a dim expression when inputs are dropped or moved.
-
-    Input ``i`` becomes input ``new_index[i]``; a dropped input (None) has a
-    static shape in ``shapes``, whose sizes replace its symbols.
-
-    >>> renumber_symbols("s0_0 + s2_1", [None, 0, 1], [(4,), (None,), (2, None)])
+    >>> InputMap(index=(None, 0, 1), shapes=((4,), (None,), (2, None))).rename(
+    ...     "s0_0 + s2_1"
+    ... )
     '(4) + s1_1'
     """
-    if not isinstance(expression, str):
-        return expression
 
-    def rename(match: re.Match) -> str:
-        i, j = int(match[1]), int(match[2])
-        if new_index[i] is None:
-            return f"({shapes[i][j]})"
-        return symbol_name(new_index[i], j)
+    index: tuple[int | None, ...] = ()
+    leading_dims: tuple[int, ...] = ()
+    shapes: tuple[tuple[int | None, ...], ...] = ()
 
-    return _SYMBOL.sub(rename, expression)
+    def symbol(self, i: int, j: int) -> str:
+        """The derived op's name for dim ``j`` of input ``i`` (a size if baked in)."""
+        new_index = self.index[i] if self.index else i
+        if new_index is None:
+            return f"({self.shapes[i][j]})"
+        return symbol_name(
+            new_index, j + (self.leading_dims[i] if self.leading_dims else 0)
+        )
+
+    def rename(self, expression: int | str | None) -> int | str | None:
+        """A dim expression of the original op, in the derived op's symbols."""
+        if not isinstance(expression, str):
+            return expression
+        return _SYMBOL.sub(lambda m: self.symbol(int(m[1]), int(m[2])), expression)
+
+    def rename_sizes(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        """Lengths by symbol, for the derived op's symbols (baked inputs dropped)."""
+        renamed = {}
+        for symbol, size in sizes.items():
+            match = _SYMBOL.fullmatch(symbol)
+            new = self.symbol(int(match[1]), int(match[2]))
+            if not new.startswith("("):
+                renamed[new] = size
+        return renamed
+
+
+#: The inputs of a derived op are the original op's, at the same positions
+#: (followed by new ones: cotangents, tangents, residuals).
+SAME_INPUTS = InputMap()
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,19 @@ out) into another one, so the derivative or batched op is again an
 
 All are frozen dataclasses: equal fields make equal functions, hence equal
 ops that PyTensor merges.
+
+Within one trace of a whole graph (a JAX island), a forward node and its
+pullback nodes share one :func:`jax.vjp` through :class:`SharedPullbacks`;
+:func:`find_forward` pairs a pullback node with its forward, for that and for
+the value+grad fusion rewrite.
+
+Registers nothing.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,13 +38,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from pytensor.compile.jax_ofg_functions import ArrayTuple, InnerFunction, static_key
-from pytensor.compile.jax_ofg_host import BoundedCache
+from pytensor.compile.jax_ofg_lru import BoundedCache
+from pytensor.compile.jax_ofg_packing import DtypePacking
 from pytensor.compile.jax_ofg_shapes import (
     STAND_IN_SIZES,
     stand_in_shapes,
     symbol_name,
     symbolic_shapes,
 )
+from pytensor.graph.basic import Apply
 
 
 def _merge(
@@ -184,51 +193,6 @@ def residual_dtypes(
     raise failure
 
 
-def pack_residuals(leaves: Sequence[Any], dtypes: Sequence[str]) -> list[Any]:
-    """The leaves, flattened and concatenated into one vector per dtype.
-
-    A fixed number of outputs of fixed types, whatever the number and shapes
-    of the residuals (which may depend on input sizes unknown when the graph
-    is rewritten).
-    """
-    groups: dict[str, list] = {dtype: [] for dtype in dtypes}
-    for leaf in leaves:
-        dtype = np.dtype(leaf.dtype).name
-        if dtype not in groups:
-            raise TypeError(
-                f"A VJP residual has dtype {dtype}, not one of {tuple(dtypes)} "
-                "found when the graph was rewritten."
-            )
-        groups[dtype].append(jnp.ravel(leaf))
-    return [
-        jnp.concatenate(group) if group else jnp.zeros((0,), dtype)
-        for dtype, group in groups.items()
-    ]
-
-
-def unpack_residuals(
-    vectors: Sequence[Any], dtypes: Sequence[str], like: Sequence[Any]
-) -> list[Any]:
-    """The inverse of :func:`pack_residuals`, given the leaves' shapes and dtypes."""
-    vector_of = dict(zip(dtypes, vectors))
-    offsets = dict.fromkeys(dtypes, 0)
-    leaves = []
-    for leaf in like:
-        dtype = np.dtype(leaf.dtype).name
-        start, size = offsets[dtype], math.prod(leaf.shape)
-        leaves.append(vector_of[dtype][start : start + size].reshape(leaf.shape))
-        offsets[dtype] = start + size
-    return leaves
-
-
-def _fits(vectors: Sequence[Any], dtypes: Sequence[str], like: Sequence[Any]) -> bool:
-    """Whether the residual ``vectors`` have the sizes the leaves ``like`` need."""
-    sizes = dict.fromkeys(dtypes, 0)
-    for leaf in like:
-        sizes[np.dtype(leaf.dtype).name] += math.prod(leaf.shape)
-    return all(v.shape[0] == sizes[d] for v, d in zip(vectors, dtypes))
-
-
 @dataclass(frozen=True)
 class VJPForward(InnerFunction):
     """``forward``'s outputs, then its VJP residuals: one vector per dtype."""
@@ -257,7 +221,7 @@ class VJPForward(InnerFunction):
             self.forward, self.wrt, self.cotangent_outputs, primals
         )
         residuals = jax.tree_util.tree_leaves(pullback)
-        return (*outputs, *pack_residuals(residuals, self.residual_dtypes))
+        return (*outputs, *DtypePacking(self.residual_dtypes).pack(residuals))
 
 
 @dataclass(frozen=True)
@@ -279,10 +243,11 @@ class VJPFromResiduals(InnerFunction):
         vectors = args[n_primals : n_primals + n_vectors]
         cotangents = args[n_primals + n_vectors :]
         like, treedef = jax.tree_util.tree_flatten(_abstract_pullback(vjp, primals))
-        if not _fits(vectors, self.residual_dtypes, like):
+        packing = DtypePacking(self.residual_dtypes)
+        if not packing.fits(vectors, like):
             # Not the traced layout (VJPForward ran under `jax.disable_jit`).
             return vjp(*primals, *cotangents)
-        residuals = unpack_residuals(vectors, self.residual_dtypes, like)
+        residuals = packing.unpack(vectors, like)
         pullback = jax.tree_util.tree_unflatten(treedef, residuals)
         return tuple(pullback(cast_cotangents(cotangents, vjp.cotangent_dtypes)))
 
@@ -400,3 +365,85 @@ class VmapFunction(InnerFunction):
         for _ in range(self.batch_ndim):
             mapped = jax.vmap(mapped, in_axes=in_axes)
         return tuple(mapped(*arrays))
+
+
+# ------------------------------------------------- pairing forward and pullback
+def pullback_primals(vjp_node: Apply) -> list:
+    """The primal inputs of a node applying a :class:`VJPFunction`."""
+    return list(vjp_node.inputs[: len(vjp_node.op.fn.wrt)])
+
+
+def find_forward(
+    vjp_node: Apply,
+    candidates: Iterable[Any],
+    is_forward: Callable[[Any], bool] | None = None,
+) -> Apply | None:
+    """The first of ``candidates`` applying the forward of ``vjp_node`` to its primals.
+
+    ``vjp_node`` applies a :class:`VJPFunction`; ``candidates`` are nodes
+    applying ops with an inner function (``OpFromJax``). A candidate is the
+    forward when its op's inner function is the VJP's forward (or passes
+    ``is_forward``) and it takes the very same primal variables.
+    """
+    vjp: VJPFunction = vjp_node.op.fn
+    if is_forward is None:
+
+        def is_forward(fn: Any) -> bool:
+            return fn == vjp.forward
+
+    primals = pullback_primals(vjp_node)
+    for node in candidates:
+        if is_forward(node.op.fn) and list(node.inputs) == primals:
+            return node
+    return None
+
+
+class SharedPullbacks:
+    """Forward nodes and their pullback nodes in one graph, lowered together.
+
+    A forward node's lowering computes its outputs with :func:`jax.vjp` and
+    leaves the pullback here; its pullback nodes' lowerings, later in the same
+    trace, apply it to their cotangents instead of running the forward again.
+    The forward's VJP covers every input and output that any of its pullback
+    nodes needs (a pullback is linear: outputs it has no cotangent for get
+    zeros). See ``jax_funcify`` of :class:`~pytensor.compile.jax_ofg_op.OpFromJax`.
+
+    Parameters
+    ----------
+    jax_nodes
+        The graph's nodes applying an ``OpFromJax``. A pullback node (of a
+        :class:`VJPFunction`) pairs with a node applying its forward function
+        to the same inputs (:func:`find_forward`).
+    """
+
+    def __init__(self, jax_nodes: Sequence[Apply]):
+        self.forward_of: dict[Apply, Apply] = {}
+        #: per forward node: the inputs (wrt) and outputs its shared VJP covers
+        self.coverage: dict[Apply, tuple[tuple[bool, ...], tuple[int, ...]]] = {}
+        for backward in jax_nodes:
+            vjp_fn = backward.op.fn
+            if not isinstance(vjp_fn, VJPFunction):
+                continue
+            forward = find_forward(backward, jax_nodes)
+            if forward is None:
+                continue
+            self.forward_of[backward] = forward
+            wrt, outputs = self.coverage.get(forward, (vjp_fn.wrt, ()))
+            self.coverage[forward] = (
+                tuple(a or b for a, b in zip(wrt, vjp_fn.wrt)),
+                tuple(sorted({*outputs, *vjp_fn.cotangent_outputs})),
+            )
+        self._traced = threading.local()  # what the trace under way computed
+
+    def __bool__(self) -> bool:
+        return bool(self.forward_of)
+
+    def start_trace(self) -> None:
+        """Forget what an earlier trace computed (its tracers are dead)."""
+        vars(self._traced).clear()
+
+    def put(self, forward: Apply, outputs: tuple, pullback: Callable) -> None:
+        vars(self._traced)[forward] = (outputs, pullback)
+
+    def get(self, forward: Apply) -> tuple[tuple, Callable] | None:
+        return vars(self._traced).get(forward)

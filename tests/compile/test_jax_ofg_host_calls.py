@@ -12,11 +12,11 @@ from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
 from pytensor.compile.jax_ofg_functions import BakedInputs
 from pytensor.compile.jax_ofg_host import writable_outputs
 from pytensor.graph.fg import FunctionGraph
-from pytensor.tensor.rewriting.jax_ofg import (
+from pytensor.tensor.rewriting.jax_ofg_fusion import (
     BAKED_CONSTANT_SIZE,
     bake_constant_inputs,
-    writable_flags,
 )
+from pytensor.tensor.rewriting.jax_ofg_readonly_outputs import writable_flags
 
 
 @as_jax_op

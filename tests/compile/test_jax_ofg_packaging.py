@@ -9,22 +9,11 @@ from pathlib import Path
 
 
 CHECKOUT = Path(__file__).resolve().parents[2]
-MODULES = [
-    "pytensor/compile/jax_ofg.py",
-    "pytensor/compile/jax_ofg_cache.py",
-    "pytensor/compile/jax_ofg_dims.py",
-    "pytensor/compile/jax_ofg_functions.py",
-    "pytensor/compile/jax_ofg_host.py",
-    "pytensor/compile/jax_ofg_island.py",
-    "pytensor/compile/jax_ofg_keys.py",
-    "pytensor/compile/jax_ofg_processes.py",
-    "pytensor/compile/jax_ofg_shapes.py",
-    "pytensor/compile/jax_ofg_transforms.py",
-    "pytensor/link/jax/dispatch/jax_ofg.py",
-    "pytensor/link/numba/dispatch/jax_ofg.py",
-    "pytensor/tensor/rewriting/jax_ofg.py",
-    "pytensor/tensor/rewriting/jax_ofg_islands.py",
-]
+#: Every module of the package in the checkout: the wheel must ship exactly these.
+MODULES = sorted(
+    str(path.relative_to(CHECKOUT))
+    for path in (CHECKOUT / "pytensor").rglob("jax_ofg*.py")
+)
 
 
 def test_tests_import_the_checkout():

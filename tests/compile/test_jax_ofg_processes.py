@@ -23,12 +23,12 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.jax_ofg import as_jax_op
+from pytensor.compile.jax_ofg_fork import ForkedAfterJaxError
+from pytensor.compile.jax_ofg_host import graph_holds_jax_ops
 from pytensor.compile.jax_ofg_processes import (
     PYMC_SAMPLING_MODULES,
     SAFE_START_METHOD,
-    ForkedAfterJaxError,
     _ForkCheckedFunction,
-    graph_holds_jax_ops,
     model_holds_jax_ops,
 )
 from pytensor.link.jax.linker import JAXLinker

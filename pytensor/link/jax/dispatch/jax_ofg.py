@@ -1,92 +1,39 @@
-"""JAX linker: an :class:`OpFromJax` is its own inner function.
+"""JAX linker: an :class:`~pytensor.compile.jax_ofg_op.OpFromJax` is its own inner function.
 
 No host callback and no nested ``jit``: the inner function is traced into the
 graph's single XLA computation, nested wrapped functions included. An error
-raised while JAX traces it is noted with the op's name (errors raised later,
-by the compiled XLA program, cannot be traced back to one op).
+raised while JAX traces it is noted with the op's name and marked as a
+wrapped function's (:mod:`~pytensor.compile.jax_ofg_errors`); errors raised
+later, by the compiled XLA program, cannot be traced back to one op.
 
-A graph lowered as a whole (a :class:`~pytensor.compile.jax_ofg_island.JaxIsland`)
-may pass :class:`SharedPullbacks`: an op and its pullback on the same inputs
-then share one :func:`jax.vjp` in the trace, so the value and the gradient
-cost one forward pass without packing residuals.
+A graph lowered as a whole (a :class:`~pytensor.compile.jax_ofg_island_op.JaxIsland`)
+may pass :class:`~pytensor.compile.jax_ofg_transforms.SharedPullbacks`: an op
+and its pullback on the same inputs then share one :func:`jax.vjp` in the
+trace, so the value and the gradient cost one forward pass without packing
+residuals.
+
+Registered by :func:`pytensor.compile.jax_ofg.install`:
+:func:`jax_funcify_OpFromJax` for ``OpFromJax`` with PyTensor's ``jax_funcify``.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import jax.numpy as jnp
 
-from pytensor.compile.jax_ofg import OpFromJax
-from pytensor.compile.jax_ofg_host import TRACED_FUNCTION_NOTE, add_note_once
+from pytensor.compile.jax_ofg_errors import RaisedWhile, mark
+from pytensor.compile.jax_ofg_op import OpFromJax
 from pytensor.compile.jax_ofg_transforms import (
+    SharedPullbacks,
     VJPFunction,
     cast_cotangents,
     value_and_pullback,
 )
 from pytensor.graph.basic import Apply
-from pytensor.link.jax.dispatch.basic import jax_funcify
 
 
-class SharedPullbacks:
-    """Forward nodes and their pullback nodes in one graph, lowered together.
-
-    A forward node's lowering computes its outputs with :func:`jax.vjp` and
-    leaves the pullback here; its pullback nodes' lowerings, later in the same
-    trace, apply it to their cotangents instead of running the forward again.
-    The forward's VJP covers every input and output that any of its pullback
-    nodes needs (a pullback is linear: outputs it has no cotangent for get
-    zeros).
-
-    Parameters
-    ----------
-    nodes
-        The graph's nodes. A pullback node (an :class:`OpFromJax` of a
-        :class:`~pytensor.compile.jax_ofg_transforms.VJPFunction`) pairs with a
-        node applying its forward function to the same inputs.
-    """
-
-    def __init__(self, nodes: Sequence[Apply]):
-        jax_nodes = [n for n in nodes if isinstance(n.op, OpFromJax)]
-        self.forward_of: dict[Apply, Apply] = {}
-        #: per forward node: the inputs (wrt) and outputs its shared VJP covers
-        self.coverage: dict[Apply, tuple[tuple[bool, ...], tuple[int, ...]]] = {}
-        for backward in jax_nodes:
-            vjp_fn = backward.op.fn
-            if not isinstance(vjp_fn, VJPFunction):
-                continue
-            primals = backward.inputs[: len(vjp_fn.wrt)]
-            forward = next(
-                (
-                    n
-                    for n in jax_nodes
-                    if n.op.fn == vjp_fn.forward and n.inputs == primals
-                ),
-                None,
-            )
-            if forward is None:
-                continue
-            self.forward_of[backward] = forward
-            wrt, outputs = self.coverage.get(forward, (vjp_fn.wrt, ()))
-            self.coverage[forward] = (
-                tuple(a or b for a, b in zip(wrt, vjp_fn.wrt)),
-                tuple(sorted({*outputs, *vjp_fn.cotangent_outputs})),
-            )
-        self._traced = threading.local()  # what the trace under way computed
-
-    def __bool__(self) -> bool:
-        return bool(self.forward_of)
-
-    def start_trace(self) -> None:
-        """Forget what an earlier trace computed (its tracers are dead)."""
-        vars(self._traced).clear()
-
-    def put(self, forward: Apply, outputs: tuple, pullback: Callable) -> None:
-        vars(self._traced)[forward] = (outputs, pullback)
-
-    def get(self, forward: Apply) -> tuple[tuple, Callable] | None:
-        return vars(self._traced).get(forward)
+__all__ = ["jax_funcify_OpFromJax"]
 
 
 def _noted(op: OpFromJax, fn: Callable) -> Callable:
@@ -94,7 +41,11 @@ def _noted(op: OpFromJax, fn: Callable) -> Callable:
         try:
             return fn(*inputs)
         except Exception as error:
-            add_note_once(error, f"{TRACED_FUNCTION_NOTE}{op}.{op.traced_note()}")
+            mark(
+                error,
+                RaisedWhile.TRACING_WRAPPED_FUNCTION,
+                f"Raised while JAX traced the function in {op}.{op.traced_note()}",
+            )
             raise
 
     return traced
@@ -140,10 +91,10 @@ def _lowering(op: OpFromJax, node: Apply | None, pairs: SharedPullbacks | None):
     return pullback_of_forward
 
 
-@jax_funcify.register(OpFromJax)
 def jax_funcify_OpFromJax(
     op: OpFromJax, node=None, jax_ofg_pullbacks: SharedPullbacks | None = None, **kwargs
 ):
+    """The traced function of an ``OpFromJax`` node (see the module docstring)."""
     traced_fn = _noted(op, _lowering(op, node, jax_ofg_pullbacks))
 
     if len(op.output_types) == 1:

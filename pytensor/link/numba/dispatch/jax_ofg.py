@@ -1,7 +1,7 @@
 """Numba linker: ops holding a JAX computation call their jitted function in object mode.
 
-:class:`~pytensor.compile.jax_ofg.OpFromJax` and
-:class:`~pytensor.compile.jax_ofg_island.JaxIsland` enter object mode once per
+:class:`~pytensor.compile.jax_ofg_op.OpFromJax` and
+:class:`~pytensor.compile.jax_ofg_island_op.JaxIsland` enter object mode once per
 call and go to the op's host function
 (:meth:`~pytensor.compile.jax_ofg_host.JaxHostOp.host_function`).
 
@@ -12,6 +12,12 @@ graph is compiled in this process (:func:`register`). A body served from the
 cache therefore always runs the function of the op being compiled now, never
 one from the process that wrote the cache; and the registry never lets two
 different ops of one process share a key.
+
+Registered by :func:`pytensor.compile.jax_ofg.install`:
+:func:`numba_funcify_JaxHostOp` (with its cache key) for
+:class:`~pytensor.compile.jax_ofg_host.JaxHostOp` with PyTensor's
+``numba_funcify``, and the module of the compiled bodies in ``sys.modules``
+(:func:`bodies_module`).
 """
 
 from __future__ import annotations
@@ -28,11 +34,10 @@ import numba
 from pytensor.compile.jax_ofg_host import JaxHostOp, writable_outputs
 from pytensor.compile.jax_ofg_keys import digest, stable_key
 from pytensor.link.numba.cache import compile_numba_function_src
-from pytensor.link.numba.dispatch.basic import (
-    get_numba_type,
-    numba_njit,
-    register_funcify_and_cache_key,
-)
+from pytensor.link.numba.dispatch.basic import get_numba_type, numba_njit
+
+
+__all__ = ["bodies_module", "call_host_function", "numba_funcify_JaxHostOp"]
 
 
 @dataclass
@@ -93,19 +98,31 @@ def {name}(*inputs):
     return outputs
 """
 
-#: The module the compiled bodies are defined in. Numba rebuilds the globals
-#: of an object-mode block served from its cache by importing the module the
-#: function was defined in, so the bodies must live in one that is importable
-#: by name in every process: this one, in ``sys.modules``.
-_BODIES = types.ModuleType(f"{__name__}._bodies")
-_BODIES.__dict__.update(numba=numba)
-sys.modules[_BODIES.__name__] = _BODIES
+_BODIES_MODULE = f"{__name__}._bodies"
 
 
-# JaxHostOp is a mixin: this covers OpFromJax and JaxIsland, and wins over
-# OpFromGraph's dispatch, which comes later in JaxIsland's MRO.
-@register_funcify_and_cache_key(JaxHostOp)
+def bodies_module() -> types.ModuleType:
+    """The module the compiled bodies are defined in, put in ``sys.modules`` once.
+
+    Numba rebuilds the globals of an object-mode block served from its cache
+    by importing the module the function was defined in, so the bodies must
+    live in one that is importable by name in every process.
+    """
+    module = sys.modules.get(_BODIES_MODULE)
+    if module is None:
+        module = types.ModuleType(_BODIES_MODULE)
+        module.__dict__.update(numba=numba, call_host_function=call_host_function)
+        module = sys.modules.setdefault(_BODIES_MODULE, module)
+    return module
+
+
 def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
+    """An object-mode call of the op's host function, and its cache key.
+
+    Registered for the mixin :class:`JaxHostOp`: it covers ``OpFromJax`` and
+    ``JaxIsland``, and wins over ``OpFromGraph``'s dispatch, which comes
+    later in ``JaxIsland``'s MRO.
+    """
     writable = writable_outputs(node)
     output_types = [
         get_numba_type(out.type) if w else get_numba_type(out.type).copy(readonly=True)
@@ -127,16 +144,14 @@ def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
     key = register(op, writable, host)
     node.tag.jax_ofg_registry_key = key
     name = f"jax_host_op_{key}"
-    _BODIES.__dict__[f"{name}_type"] = return_type
+    bodies = bodies_module()
+    bodies.__dict__[f"{name}_type"] = return_type
     body = compile_numba_function_src(
         _BODY.format(name=name, key=key, return_type=f"{name}_type"),
         name,
-        global_env=_BODIES.__dict__,
+        global_env=bodies.__dict__,
     )
     compiled = numba_njit(body)
     compiled._jax_ofg_host = host  # the registry holds it weakly
     input_types = [str(get_numba_type(x.type)) for x in node.inputs]
     return compiled, digest(f"jax_host_op|{key}|{input_types}|{return_type}")
-
-
-_BODIES.__dict__["call_host_function"] = call_host_function

@@ -1,4 +1,4 @@
-"""Start-up: compiled XLA programs are cached on disk, next to PyTensor's own cache.
+"""Compiled XLA programs cached on disk, next to PyTensor's own cache.
 
 PyTensor keeps compiled C and Numba code under ``config.compiledir``, so a
 model's second process starts fast. The XLA programs of wrapped JAX functions
@@ -17,6 +17,10 @@ when this package is imported, unless
 Programs that took at least :data:`MIN_COMPILE_SECONDS` to compile are kept
 (JAX's default is one second, which leaves out most single wrapped functions),
 unless ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` says otherwise.
+
+Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
+flag (:func:`add_config_flag`) and configures the cache
+(:func:`configure_xla_cache`).
 """
 
 from __future__ import annotations
@@ -40,14 +44,18 @@ from pytensor.configparser import BoolParam
 #: would also leave out programs compiling in 0.1-1 s.
 MIN_COMPILE_SECONDS = 0.1
 
-if not hasattr(config, "jax_ofg__xla_cache"):
-    config.add(
-        "jax_ofg__xla_cache",
-        "Cache the XLA programs of pytensor-jax-ofg's ops on disk, in "
-        "compiledir/jax_ofg_xla, unless JAX's own cache directory is configured.",
-        BoolParam(True),
-        in_c_key=False,
-    )
+
+def add_config_flag() -> None:
+    """Add the PyTensor flag ``jax_ofg__xla_cache`` (default True)."""
+    if not hasattr(config, "jax_ofg__xla_cache"):
+        config.add(
+            "jax_ofg__xla_cache",
+            "Cache the XLA programs of pytensor-jax-ofg's ops on disk, in "
+            "compiledir/jax_ofg_xla, unless JAX's own cache directory is "
+            "configured.",
+            BoolParam(True),
+            in_c_key=False,
+        )
 
 
 def xla_cache_dir() -> Path:

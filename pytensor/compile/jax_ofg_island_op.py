@@ -1,13 +1,16 @@
-"""A JAX island: a connected part of a PyTensor graph run as one XLA program.
+"""The JAX island Op: a connected part of a PyTensor graph run as one XLA program.
 
-Under the Python, C VM and Numba linkers every :class:`~pytensor.compile.jax_ofg.OpFromJax`
+Under the Python, C VM and Numba linkers every :class:`~pytensor.compile.jax_ofg_op.OpFromJax`
 is its own XLA program, and the PyTensor nodes between them (a likelihood
 computed from an ODE trajectory, its gradient) run outside XLA. The
-``jax_islands`` rewrite (:mod:`pytensor.tensor.rewriting.jax_ofg_islands`)
+``jax_islands`` rewrite (:mod:`pytensor.tensor.rewriting.jax_ofg_form_islands`)
 groups such a part into one :class:`JaxIsland`: an
 :class:`~pytensor.compile.builders.OpFromGraph` whose inner graph is run
 through ``jax.jit`` of PyTensor's own JAX lowering (``jax_funcify``), the same
-code ``mode="JAX"`` runs.
+code ``mode="JAX"`` runs. Lowering the island needs the JAX dispatch of
+``OpFromJax``, which :func:`pytensor.compile.jax_ofg.install` registers.
+
+Registers nothing.
 """
 
 from __future__ import annotations
@@ -16,28 +19,25 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
+import pytensor
 from pytensor.compile.builders import FinalizedOpFromGraph, construct_nominal_fgraph
-from pytensor.compile.jax_ofg_host import (
-    TRACED_FUNCTION_NOTE,
-    JaxHostOp,
-    add_note_once,
-)
+from pytensor.compile.jax_ofg_errors import RaisedWhile, mark, raised_while
+from pytensor.compile.jax_ofg_host import JaxHostOp
+from pytensor.compile.jax_ofg_keys import stable_key
+from pytensor.compile.jax_ofg_op import OpFromJax
+from pytensor.compile.jax_ofg_transforms import SharedPullbacks
 from pytensor.compile.mode import get_default_mode, optdb
 from pytensor.graph.basic import Variable
+from pytensor.link.jax.dispatch import jax_funcify
 
 
 __all__ = ["JaxIsland", "JaxIslandFallbackWarning"]
 
 #: The rewrite's name: ``mode.excluding(ISLANDS_REWRITE)`` turns islands off.
 ISLANDS_REWRITE = "jax_islands"
-
-#: Noted on an error raised while JAX traced an island's lowering: only such
-#: an error may make the island fall back to PyTensor.
-_ISLAND_TRACE_NOTE = "Raised while JAX traced the island "
 
 #: PyTensor's own preparation of a graph for its JAX lowering (registered
 #: under the "jax" tag, which only ``mode="JAX"`` includes): shape arguments
@@ -96,8 +96,6 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
     # ----------------------------------------------------------- readability
     def wrapped_functions(self) -> list[str]:
         """The names of the wrapped JAX functions inside, in graph order."""
-        from pytensor.compile.jax_ofg import OpFromJax  # which imports this module
-
         return [
             node.op.describe()
             for node in self.fgraph.toposort()
@@ -111,8 +109,6 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
 
     def stable_key(self) -> str:
         """What the island computes, equal across processes (see :mod:`~pytensor.compile.jax_ofg_keys`)."""
-        from pytensor.compile.jax_ofg_keys import stable_key
-
         fgraph = self.fgraph
         position = {v: ("in", i) for i, v in enumerate(fgraph.inputs)}
         nodes = []
@@ -132,11 +128,10 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
 
     # --------------------------------------------------------------- running
     def jax_callable(self) -> Callable[..., tuple]:
-        from pytensor.link.jax.dispatch import jax_funcify
-        from pytensor.link.jax.dispatch.jax_ofg import SharedPullbacks
-
         # An op and its pullback inside share one jax.vjp: one forward pass.
-        pullbacks = SharedPullbacks(self.fgraph.toposort())
+        pullbacks = SharedPullbacks(
+            [n for n in self.fgraph.toposort() if isinstance(n.op, OpFromJax)]
+        )
         inner = jax_funcify(
             self.fgraph,
             fgraph_name="jax_island",
@@ -150,7 +145,11 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
             try:
                 outputs = inner(*inputs)
             except Exception as error:
-                add_note_once(error, f"{_ISLAND_TRACE_NOTE}{self}.")
+                mark(
+                    error,
+                    RaisedWhile.TRACING_ISLAND,
+                    f"Raised while JAX traced the island {self}.",
+                )
                 raise
             checked = []
             for k, (output, expected) in enumerate(zip(outputs, output_types)):
@@ -205,8 +204,6 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
         )
 
     def _fallback(self, error: Exception) -> Callable[..., list[np.ndarray]]:
-        import pytensor
-
         first_line = (str(error).strip().splitlines() or [""])[0]
         warnings.warn(
             f"{self} could not be traced by JAX ({type(error).__name__}: "
@@ -246,13 +243,10 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
 def _island_could_not_trace(error: Exception) -> bool:
     """Whether ``error`` is the island's tracing failure, not the user's error.
 
-    Only an error raised while JAX traced the lowering counts: not one of a
-    wrapped function's own (traced inside it), not one of the running XLA
-    program, not a bad input that ``jax.jit`` refused before tracing.
+    Only an error raised while JAX traced the lowering of the island's
+    PyTensor nodes counts (see :mod:`~pytensor.compile.jax_ofg_errors`): not
+    one of a wrapped function's own (traced inside it), not one of the
+    running XLA program, not a bad input that ``jax.jit`` refused before
+    tracing.
     """
-    if isinstance(error, jax.errors.JaxRuntimeError):
-        return False
-    notes = getattr(error, "__notes__", ())
-    return any(note.startswith(_ISLAND_TRACE_NOTE) for note in notes) and not any(
-        note.startswith(TRACED_FUNCTION_NOTE) for note in notes
-    )
+    return raised_while(error) is RaisedWhile.TRACING_ISLAND

@@ -1,12 +1,12 @@
 """The ``jax_islands`` rewrite: one XLA program per connected JAX part of a graph.
 
 Under the Python, C VM and Numba linkers, a graph holding
-:class:`~pytensor.compile.jax_ofg.OpFromJax` nodes calls into JAX once per
+:class:`~pytensor.compile.jax_ofg_op.OpFromJax` nodes calls into JAX once per
 such node, and the PyTensor nodes between them run outside XLA. This rewrite
 finds **islands**: connected, convex sets of nodes holding at least one
 ``OpFromJax`` together with neighbouring nodes that PyTensor's JAX backend
 lowers, and replaces each by one
-:class:`~pytensor.compile.jax_ofg_island.JaxIsland`.
+:class:`~pytensor.compile.jax_ofg_island_op.JaxIsland`.
 
 A node may join an island only if
 
@@ -19,33 +19,46 @@ and an island stays *convex*: no path leaves it and comes back, so replacing
 it by one node cannot create a cycle. A node that must stay out splits the
 island. Islands with a single node are left alone.
 
-The rewrite is registered in ``fast_run`` under the names ``jax_islands`` and
-``fusion`` (JAX and the other functional backends exclude ``fusion``: there
-the whole graph is one program already); ``mode.excluding("jax_islands")``
-turns it off.
+Island selection runs once per graph and costs time linear in its size (up
+to bitset operations): reachability comes from PyTensor's own
+:func:`~pytensor.graph.rewriting.reachability.ancestor_bitsets`, an island's
+frontier is kept as it grows, and each node's JAX lowering is probed once.
+
+Registered by :func:`pytensor.compile.jax_ofg.install`: :data:`form_jax_islands`
+in ``optdb`` under the names ``jax_islands`` and ``fusion`` (JAX and the other
+functional backends exclude ``fusion``: there the whole graph is one program
+already); ``mode.excluding("jax_islands")`` turns it off.
 """
 
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Iterable, Sequence
 
-from pytensor.compile.jax_ofg import OpFromJax
-from pytensor.compile.jax_ofg_island import ISLANDS_REWRITE, JaxIsland
-from pytensor.compile.mode import optdb
+from pytensor.compile.jax_ofg_island_op import ISLANDS_REWRITE, JaxIsland
+from pytensor.compile.jax_ofg_op import OpFromJax
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, get_active_mode
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+from pytensor.graph.rewriting.reachability import ancestor_bitsets
 from pytensor.graph.traversal import graph_inputs
+from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.link.jax.linker import JAXLinker
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.type import TensorType
 
 
-__all__ = ["find_islands", "form_jax_islands", "islands_enabled", "joins_islands"]
+__all__ = [
+    "FormJaxIslands",
+    "find_islands",
+    "form_jax_islands",
+    "islands_enabled",
+    "joins_islands",
+]
 
 
 def joins_islands(node: Apply) -> bool:
@@ -65,61 +78,75 @@ def joins_islands(node: Apply) -> bool:
     return _has_jax_lowering(node)
 
 
-def _has_jax_lowering(node: Apply) -> bool:
-    from pytensor.link.jax.dispatch import jax_funcify
+#: Per node: its inputs when its lowering was probed, and the answer (the
+#: fusion rewrite and this one both ask, about mostly the same nodes).
+_LOWERING_PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
+
+def _has_jax_lowering(node: Apply) -> bool:
+    inputs = tuple(node.inputs)
+    probed = _LOWERING_PROBES.get(node)
+    if probed is not None and probed[0] == inputs:
+        return probed[1]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a lowering that warns is not faithful
             jax_funcify(node.op, node=node)
     except Exception:
-        return False
-    return True
+        lowers = False
+    else:
+        lowers = True
+    _LOWERING_PROBES[node] = (inputs, lowers)
+    return lowers
 
 
 def find_islands(
-    nodes: Sequence[Apply], can_join: Iterable[bool], seeds: Iterable[bool]
+    fgraph: FunctionGraph,
+    nodes: Sequence[Apply],
+    can_join: Iterable[bool],
+    seeds: Iterable[bool],
 ) -> list[list[Apply]]:
-    """Group ``nodes`` (in topological order) into convex, connected islands.
+    """Group the nodes of ``fgraph`` into convex, connected islands.
 
     Each island grows from a seed through the edges of the graph, over nodes
     that ``can_join`` (and into other islands, which it then absorbs), as long
     as it stays convex: no node outside it is both a descendant and an
-    ancestor of it. Sets of nodes are bitsets over topological positions, so
-    each check is a few integer operations.
+    ancestor of it. Sets of nodes are bitsets over the topological positions
+    of ``nodes`` (``fgraph.toposort()``), so each check is a few integer
+    operations, and an island's frontier (its neighbours) is kept as it grows.
 
     Returns the islands of two nodes or more, each in topological order.
     """
-    position = {node: i for i, node in enumerate(nodes)}
+    ancestors_of, _ = ancestor_bitsets(fgraph, nodes)
     joinable = list(can_join)
-    parents: list[list[int]] = [[] for _ in nodes]
-    children: list[list[int]] = [[] for _ in nodes]
+    position = {node: i for i, node in enumerate(nodes)}
+    # Reachability, each set including its node.
+    ancestors = [ancestors_of[node] for node in nodes]
+    adjacent = [0] * len(nodes)
+    children: list[set[int]] = [set() for _ in nodes]
     for i, node in enumerate(nodes):
         for inp in node.inputs:
             j = position.get(inp.owner)
-            if j is not None and j not in parents[i]:
-                parents[i].append(j)
-                children[j].append(i)
-    ancestors = [0] * len(nodes)
-    for i in range(len(nodes)):
-        for j in parents[i]:
-            ancestors[i] |= ancestors[j] | (1 << j)
-    descendants = [0] * len(nodes)
+            if j is not None:
+                adjacent[i] |= 1 << j
+                adjacent[j] |= 1 << i
+                children[j].add(i)
+    descendants = [1 << i for i in range(len(nodes))]
     for i in reversed(range(len(nodes))):
         for k in children[i]:
-            descendants[i] |= descendants[k] | (1 << k)
+            descendants[i] |= descendants[k]
 
     island_of: dict[int, int] = {}
     members: dict[int, int] = {}  # island id -> bitset of its nodes
     for seed, is_seed in enumerate(seeds):
         if not is_seed or seed in island_of or not joinable[seed]:
             continue
-        island = seed
         inside, above, below = 1 << seed, ancestors[seed], descendants[seed]
+        frontier = adjacent[seed]
         grown = True
         while grown:
             grown = False
-            for candidate in _neighbours(inside, parents, children):
+            for candidate in _bits(frontier & ~inside):
                 if inside >> candidate & 1:
                     continue  # absorbed with another island meanwhile
                 other = island_of.get(candidate)
@@ -128,6 +155,7 @@ def find_islands(
                 elif joinable[candidate]:
                     added = 1 << candidate
                 else:
+                    frontier &= ~(1 << candidate)  # never joins
                     continue
                 new_above, new_below = above, below
                 for k in _bits(added):
@@ -137,12 +165,15 @@ def find_islands(
                 if new_above & new_below & ~new_inside:
                     continue  # a path would leave the island and come back
                 inside, above, below = new_inside, new_above, new_below
+                for k in _bits(added):
+                    frontier |= adjacent[k]
+                frontier &= ~inside
                 if other is not None:
                     del members[other]
                 grown = True
-            for k in _bits(inside):
-                island_of[k] = island
-            members[island] = inside
+        for k in _bits(inside):
+            island_of[k] = seed
+        members[seed] = inside
     return [
         [nodes[k] for k in _bits(bits)]
         for _, bits in sorted(members.items())
@@ -151,21 +182,13 @@ def find_islands(
 
 
 def _bits(bitset: int) -> list[int]:
+    """The positions of the set bits, ascending."""
     positions = []
     while bitset:
         low = bitset & -bitset
         positions.append(low.bit_length() - 1)
         bitset ^= low
     return positions
-
-
-def _neighbours(inside: int, parents, children) -> list[int]:
-    """Nodes one edge away from the set ``inside``, in topological order."""
-    found = set()
-    for k in _bits(inside):
-        found.update(parents[k])
-        found.update(children[k])
-    return sorted(k for k in found if not inside >> k & 1)
 
 
 def island_boundary(
@@ -222,7 +245,7 @@ class FormJaxIslands(GraphRewriter):
         seeds = [isinstance(node.op, OpFromJax) for node in nodes]
         if not any(seeds):
             return
-        islands = find_islands(nodes, map(joins_islands, nodes), seeds)
+        islands = find_islands(fgraph, nodes, map(joins_islands, nodes), seeds)
         for island in islands:
             inputs, outputs = island_boundary(fgraph, island)
             if not outputs:
@@ -235,9 +258,5 @@ class FormJaxIslands(GraphRewriter):
             )
 
 
+#: The rewrite's instance, registered as ``jax_islands``.
 form_jax_islands = FormJaxIslands()
-
-# After value+grad fusion (48.5) and lazy-ifelse extraction (48.9), before
-# elemwise fusion (49) and in-place rewrites (49.5): island members are plain
-# PyTensor nodes, and what stays outside is fused and made in-place as usual.
-optdb.register(ISLANDS_REWRITE, form_jax_islands, "fast_run", "fusion", position=48.95)

@@ -1,0 +1,107 @@
+"""Arrays packed into one flat vector per dtype, and unpacked again.
+
+Two places move a varying number of arrays through a fixed number of
+buffers:
+
+* the host calls (:mod:`~pytensor.compile.jax_ofg_host`): every output of an
+  XLA executable is a buffer of its own, with its own Python object and
+  readiness check on the host (about 4 µs each on CPU); packed inside the
+  program, the outputs cross in one buffer per dtype and the host takes each
+  as a view of it;
+* the VJP residuals of value+grad fusion
+  (:mod:`~pytensor.compile.jax_ofg_transforms`): their number and shapes
+  depend on input sizes unknown when the graph is rewritten, so they travel
+  as one vector per dtype.
+
+Registers nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+
+#: Per array: ``(buffer, start, stop, shape)``, where it lies in the packed buffers.
+Plan = list[tuple[int, int, int, tuple[int, ...]]]
+
+
+def dtype_name(array: Any) -> str:
+    return np.dtype(array.dtype).name
+
+
+class DtypePacking:
+    """Arrays packed into one flat vector per dtype, in the order of ``dtypes``.
+
+    Examples
+    --------
+    >>> packing = DtypePacking(("float64", "int64"))
+    >>> vectors = packing.pack([jnp.ones((2, 2)), jnp.arange(3), jnp.zeros(1)])
+    >>> [v.shape for v in vectors]
+    [(5,), (3,)]
+    >>> like = [jnp.ones((2, 2)), jnp.arange(3), jnp.zeros(1)]
+    >>> [x.shape for x in packing.unpack(vectors, like)]
+    [(2, 2), (3,), (1,)]
+    """
+
+    def __init__(self, dtypes: Sequence[str]):
+        self.dtypes = tuple(dtypes)
+        self._buffer_of = {dtype: k for k, dtype in enumerate(self.dtypes)}
+
+    @classmethod
+    def of(cls, dtypes: Sequence[str]) -> DtypePacking:
+        """One buffer per distinct dtype, in the order they first appear."""
+        return cls(tuple(dict.fromkeys(dtypes)))
+
+    def buffer_of(self, dtype: str) -> int:
+        try:
+            return self._buffer_of[dtype]
+        except KeyError:
+            raise TypeError(
+                f"An array of dtype {dtype} cannot be packed: the packing was "
+                f"planned for dtypes {self.dtypes}."
+            ) from None
+
+    def pack(self, arrays: Sequence[Any]) -> tuple:
+        """The (traced) arrays, raveled and concatenated by dtype."""
+        groups: list[list] = [[] for _ in self.dtypes]
+        for array in arrays:
+            groups[self.buffer_of(dtype_name(array))].append(jnp.ravel(array))
+        return tuple(
+            jnp.zeros((0,), dtype)
+            if not group
+            else group[0]
+            if len(group) == 1
+            else jnp.concatenate(group)
+            for dtype, group in zip(self.dtypes, groups)
+        )
+
+    def plan(self, shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str]) -> Plan:
+        """Where arrays of ``shapes`` and ``dtypes`` lie in the packed buffers."""
+        offsets = [0] * len(self.dtypes)
+        plan = []
+        for shape, dtype in zip(shapes, dtypes):
+            buffer = self.buffer_of(dtype)
+            start = offsets[buffer]
+            offsets[buffer] = stop = start + math.prod(shape)
+            plan.append((buffer, start, stop, tuple(shape)))
+        return plan
+
+    def fits(self, vectors: Sequence[Any], like: Sequence[Any]) -> bool:
+        """Whether ``vectors`` have the lengths that arrays shaped ``like`` pack into."""
+        lengths = [0] * len(self.dtypes)
+        for array in like:
+            lengths[self.buffer_of(dtype_name(array))] += math.prod(array.shape)
+        return [v.shape[0] for v in vectors] == lengths
+
+    def unpack(self, vectors: Sequence[Any], like: Sequence[Any]) -> list[Any]:
+        """The arrays packed into ``vectors``, shaped and typed ``like``."""
+        plan = self.plan([a.shape for a in like], [dtype_name(a) for a in like])
+        return [
+            vectors[buffer][start:stop].reshape(shape)
+            for buffer, start, stop, shape in plan
+        ]

@@ -1,0 +1,428 @@
+"""The decorator: :func:`as_jax_op`, and the :class:`SymbolicCallable`\\ s it returns.
+
+:func:`as_jax_op` makes a JAX function of pytrees callable with PyTensor
+variables. It flattens the call's ``(args, kwargs)``, bakes non-symbolic
+leaves in as static arguments (:class:`~pytensor.compile.jax_ofg_functions.FlatJaxFunction`),
+finds the output types by tracing (:mod:`~pytensor.compile.jax_ofg_shapes`,
+with what PyTensor knows of the input dims: :mod:`~pytensor.compile.jax_ofg_dims`),
+builds one :class:`~pytensor.compile.jax_ofg_op.OpFromJax` per call signature
+and rebuilds the output pytree with PyTensor variables at its array leaves.
+Callables in the output become :class:`SymbolicCallable`\\ s, which other
+wrapped functions compose.
+
+Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` registers
+:func:`not_a_tensor` for :class:`SymbolicCallable` with PyTensor's
+``as_tensor_variable``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+
+import pytensor.tensor as pt
+from pytensor.compile.jax_ofg_dims import InputDims, input_dims
+from pytensor.compile.jax_ofg_functions import (
+    INPUT,
+    FlatJaxFunction,
+    Nested,
+    OutputLayout,
+    Static,
+    shadowing_wrapper_name,
+)
+from pytensor.compile.jax_ofg_lru import BoundedCache
+from pytensor.compile.jax_ofg_op import OpFromJax, describe_types
+from pytensor.compile.jax_ofg_shapes import sizes_by_symbol, trace_output_types
+from pytensor.graph.basic import Variable
+from pytensor.tensor.type import TensorType
+from pytensor.tensor.variable import TensorVariable
+
+
+__all__ = ["JaxOpWrapper", "SymbolicCallable", "as_jax_op", "not_a_tensor"]
+
+
+# ---------------------------------------------------------------------------
+# Symbolic callables
+# ---------------------------------------------------------------------------
+
+
+class SymbolicCallable:
+    """A callable returned by a wrapped function, held symbolically.
+
+    It remembers the function that produced it and that function's symbolic
+    inputs. Passed to another wrapped function (alone or inside a pytree), it
+    is rebuilt inside that function's JAX trace, which takes the producer's
+    inputs as extra inputs, so gradients flow back to them. Called with
+    PyTensor variables, it gives PyTensor variables.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import pytensor.tensor as pt
+    >>> @as_jax_op
+    ... def line(slope):
+    ...     return lambda t: slope * t
+    >>> slope = pt.scalar("slope")
+    >>> f = line(slope)
+    >>> f
+    SymbolicCallable(line)
+    >>> f(pt.constant(2.0)).eval({slope: 3.0})
+    array(6.)
+    """
+
+    def __init__(
+        self, producer: FlatJaxFunction, index: int, inputs: Sequence[Variable]
+    ):
+        self.producer = producer
+        self.index = index
+        self.inputs = tuple(inputs)
+        n_callables = producer.layout.kinds.count("callable")
+        self.name = producer.name + (f"[{index}]" if n_callables > 1 else "")
+
+    def __repr__(self) -> str:
+        return f"SymbolicCallable({self.name})"
+
+    @functools.cached_property
+    def _call_wrapper(self) -> JaxOpWrapper:
+        return JaxOpWrapper(_call_symbolic, name=f"call({self.name})")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call_wrapper(self, *args, **kwargs)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_call_wrapper", None)
+        return state
+
+    def __getattr__(self, name: str) -> Any:
+        # Tensor attributes (PyTensor's gradient asks for `.type`, `.tag`...)
+        # get the clear message; `hasattr` stays False.
+        if name in _TENSOR_ATTRIBUTES:
+            raise _NotATensorError(_not_a_tensor_message(self))
+        raise AttributeError(name)
+
+
+class _NotATensorError(TypeError, AttributeError):
+    """A symbolic callable was used where PyTensor expects a tensor."""
+
+
+_TENSOR_ATTRIBUTES = frozenset(
+    {"type", "tag", "owner", "ndim", "dtype", "shape", "broadcastable", "index"}
+)
+
+
+def _not_a_tensor_message(x: SymbolicCallable) -> str:
+    return (
+        f"{x!r} is a function, not a tensor: it cannot be used in a PyTensor "
+        "expression. Call it with tensors (`f(t)`) to get a tensor, or pass it "
+        "as an argument to another function wrapped with `as_jax_op`."
+    )
+
+
+def _call_symbolic(function: Callable, *args: Any, **kwargs: Any) -> Any:
+    return function(*args, **kwargs)
+
+
+def not_a_tensor(x: SymbolicCallable, *args, **kwargs):
+    """PyTensor's ``as_tensor_variable`` of a :class:`SymbolicCallable`: an error."""
+    raise TypeError(_not_a_tensor_message(x))
+
+
+# Arithmetic with tensors would otherwise end in Python's bare "unsupported
+# operand type(s)" message.
+for _operator in ("add", "sub", "mul", "truediv", "floordiv", "pow", "matmul", "mod"):
+    setattr(SymbolicCallable, f"__{_operator}__", not_a_tensor)
+    setattr(SymbolicCallable, f"__r{_operator}__", not_a_tensor)
+SymbolicCallable.__neg__ = not_a_tensor
+
+
+# ---------------------------------------------------------------------------
+# The decorator
+# ---------------------------------------------------------------------------
+
+
+def _types_in_place_of_variables(tree: Any) -> Any:
+    return jax.tree_util.tree_map(
+        lambda leaf: leaf.type if isinstance(leaf, Variable) else leaf, tree
+    )
+
+
+class JaxOpWrapper:
+    """A JAX function made callable with PyTensor variables (see :func:`as_jax_op`).
+
+    Ops are cached per call signature (static arguments and input types), so
+    equal calls give the very same op, whose jitted function is shared. A
+    module-level wrapper pickles by name, like the function it replaces.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import pytensor.tensor as pt
+    >>> scale = as_jax_op(lambda x, *, k: k * x, name="scale")
+    >>> scale
+    as_jax_op(scale)
+    >>> x = pt.vector("x", shape=(2,))
+    >>> scale(x, k=2.0).owner.op is scale(x, k=2.0).owner.op
+    True
+    """
+
+    def __init__(
+        self,
+        fn: Callable,
+        name: str | None = None,
+        output_types: Any = None,
+    ):
+        # updated=(): the function's own attributes must not shadow ours
+        functools.update_wrapper(self, fn, updated=())
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", None) or "jax_function"
+        self.output_types = output_types
+        self._ops = BoundedCache(256)
+
+    @property
+    def cache_size(self) -> int:
+        """How many distinct call signatures keep their op cached."""
+        return self._ops.size
+
+    @cache_size.setter
+    def cache_size(self, size: int) -> None:
+        self._ops.size = size
+
+    def __repr__(self) -> str:
+        return f"as_jax_op({self.name})"
+
+    def __reduce__(self):
+        # A module-level wrapper pickles by name, like the function it replaced.
+        if shadowing_wrapper_name(self.fn) is not None:
+            return self.__qualname__
+        return super().__reduce__()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_ops"] = self.cache_size
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _ops=BoundedCache(state["_ops"]))
+
+    def _check_arguments(self, args: tuple, kwargs: dict) -> None:
+        try:
+            signature = inspect.signature(self.fn)
+        except (TypeError, ValueError):
+            return
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise TypeError(
+                f"The JAX function {self.name!r}{signature} was called with "
+                f"wrong arguments: {error}."
+            ) from None
+
+    def _inputs_and_leaf_specs(self, leaves: Sequence[Any]):
+        inputs: list[TensorVariable] = []
+        specs: list = []
+        for leaf in leaves:
+            if isinstance(leaf, SymbolicCallable):
+                specs.append(Nested(leaf.producer, leaf.index))
+                inputs.extend(leaf.inputs)
+            elif isinstance(leaf, Variable):
+                if not isinstance(leaf.type, TensorType):
+                    try:
+                        leaf = pt.as_tensor_variable(leaf)
+                    except (TypeError, ValueError):
+                        raise TypeError(
+                            f"The JAX function {self.name!r} was given {leaf!r} of "
+                            f"type {leaf.type}; only tensor variables (and "
+                            "non-symbolic static values) can be arguments."
+                        ) from None
+                specs.append(INPUT)
+                inputs.append(leaf)
+            else:
+                specs.append(Static(leaf))
+        return inputs, tuple(specs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._check_arguments(args, kwargs)
+        try:
+            # SymbolicCallable is no pytree node, so it is a leaf. (An
+            # `is_leaf` callback would make a too-deep pytree break the
+            # interpreter instead of raising RecursionError.)
+            leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        except (RecursionError, SystemError) as error:  # C-level recursion
+            raise TypeError(
+                f"The arguments of the JAX function {self.name!r} are nested too "
+                "deeply to flatten; pass a flatter pytree."
+            ) from error
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"The arguments of the JAX function {self.name!r} are not a valid "
+                f"pytree: {error} (dict keys must be sortable, e.g. all strings)."
+            ) from error
+        inputs, specs = self._inputs_and_leaf_specs(leaves)
+        flat = FlatJaxFunction(self.fn, treedef, specs, name=self.name)
+        input_types = tuple(v.type for v in inputs)
+        dims = input_dims(inputs)
+
+        def build() -> OpFromJax:
+            return self._build_op(flat, input_types, dims, args, kwargs)
+
+        key = (flat, input_types, dims.key)
+        op = self._ops.get(key, build)
+        if op.traced_sizes:
+            # Its types hold at the lengths it was traced with: other current
+            # lengths (a new model, `set_dim`) get their own trace.
+            sizes = tuple(sorted(sizes_by_symbol(dims, dims.current_sizes()).items()))
+            if sizes != op.traced_sizes:
+                op = self._ops.get((*key, sizes), build)
+        flat = op.fn
+        outputs = op(*inputs, return_list=True) if op.output_types else []
+        return _rebuild_outputs(flat, outputs, inputs)
+
+    def _build_op(self, flat, input_types, dims: InputDims, args, kwargs) -> OpFromJax:
+        traced_sizes: Mapping[str, int] = {}
+        if self.output_types is not None:
+            layout, output_types, output_dims = self._explicit_types(args, kwargs)
+        else:
+
+            def describe_call() -> str:
+                return (
+                    f"The JAX function {flat.describe()!r} called with inputs "
+                    f"({describe_types(input_types)})"
+                )
+
+            # A second wrapper of the same function (or the same model built
+            # again) traces nothing new.
+            key = (
+                flat,
+                input_types,
+                dims.key,
+                tuple(sorted(dims.current_sizes().items())),
+            )
+            traced = _TRACES.get(
+                key,
+                lambda: trace_output_types(
+                    flat.trace, input_types, dims, describe_call
+                ),
+            )
+            layout = traced.layout
+            output_types, output_dims = traced.output_types, traced.output_dims
+            traced_sizes = traced.traced_sizes
+        flat = FlatJaxFunction(flat.fn, flat.treedef, flat.leaves, flat.name, layout)
+        return OpFromJax(
+            flat,
+            input_types,
+            output_types,
+            name=self.name,
+            output_dims=output_dims,
+            traced_sizes=traced_sizes,
+        )
+
+    def _explicit_types(self, args, kwargs):
+        spec = self.output_types
+        if callable(spec) and not isinstance(spec, TensorType):
+            type_args, type_kwargs = _types_in_place_of_variables((args, kwargs))
+            spec = spec(*type_args, **type_kwargs)
+        types, treedef = jax.tree_util.tree_flatten(spec)
+        for t in types:
+            if not isinstance(t, TensorType):
+                raise TypeError(
+                    f"output_types of {self.name!r} must be a pytree of TensorTypes "
+                    f"(e.g. pt.dvector().type), got a leaf {t!r}."
+                )
+        layout = OutputLayout(treedef, ("array",) * len(types), (), declared=True)
+        return layout, tuple(types), tuple(tuple(t.shape) for t in types)
+
+
+#: Traced output types by (function, input types, dims, current lengths),
+#: shared by all wrappers in the process.
+_TRACES = BoundedCache(256)
+
+
+def _rebuild_outputs(
+    flat: FlatJaxFunction, outputs: Sequence[Variable], inputs: Sequence[Variable]
+) -> Any:
+    layout = flat.layout
+    arrays, statics = iter(outputs), iter(layout.statics)
+    n_callables = 0
+    leaves = []
+    for kind in layout.kinds:
+        if kind == "array":
+            leaves.append(next(arrays))
+        elif kind == "static":
+            leaves.append(next(statics))
+        else:
+            leaves.append(SymbolicCallable(flat, n_callables, inputs))
+            n_callables += 1
+    return jax.tree_util.tree_unflatten(layout.treedef, leaves)
+
+
+def as_jax_op(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    output_types: Any = None,
+) -> Any:
+    """Make a JAX function callable with PyTensor variables.
+
+    The function may take and return any pytree (dicts, lists, tuples,
+    namedtuples, equinox modules...). Leaves that are PyTensor variables become
+    the op's inputs; every other leaf (numbers, strings, None, callables,
+    NumPy/JAX arrays) is a static argument, baked into the op and part of its
+    identity. Callables returned by the function become
+    :class:`SymbolicCallable`\\ s that other wrapped functions can take.
+
+    Parameters
+    ----------
+    fn
+        The JAX function. Without it, returns a decorator.
+    name
+        The op name shown in graphs (default: ``fn.__name__``).
+    output_types
+        The output types, when JAX cannot infer them by tracing: a pytree of
+        :class:`~pytensor.tensor.type.TensorType` shaped like the function's
+        output, or a callable taking the call's arguments with every PyTensor
+        variable replaced by its type and returning such a pytree.
+
+    Returns
+    -------
+    JaxOpWrapper
+        Calling it with PyTensor variables returns the function's output pytree
+        with PyTensor variables at its array leaves.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import pytensor
+    >>> import pytensor.tensor as pt
+    >>> @as_jax_op
+    ... def model(params, x, *, kind="tanh"):
+    ...     h = params["w"] @ x + params["b"]
+    ...     h = jnp.tanh(h) if kind == "tanh" else h
+    ...     return {"mean": h, "norm": jnp.sum(h**2)}
+    >>> w = pt.matrix("w", shape=(2, 3))
+    >>> b = pt.vector("b", shape=(2,))
+    >>> x = pt.vector("x", shape=(3,))
+    >>> out = model({"w": w, "b": b}, x, kind="linear")
+    >>> out["mean"].type
+    TensorType(float64, shape=(2,))
+    >>> f = pytensor.function([w, b, x], pt.grad(out["norm"], b))
+    >>> f(np.ones((2, 3)), np.zeros(2), np.ones(3))
+    array([6., 6.])
+
+    Unknown input lengths stay symbolic; constant output dims stay static:
+
+    >>> @as_jax_op
+    ... def running_mean(y):
+    ...     return jnp.cumsum(y) / jnp.arange(1, y.shape[0] + 1), jnp.sum(y)
+    >>> s, total = running_mean(pt.vector("y"))
+    >>> s.type.shape, total.type.shape
+    ((None,), ())
+    """
+    if fn is None:
+        return functools.partial(as_jax_op, name=name, output_types=output_types)
+    return JaxOpWrapper(fn, name=name, output_types=output_types)

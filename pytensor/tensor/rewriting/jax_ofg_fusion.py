@@ -1,0 +1,258 @@
+"""Value and gradient in one pass, and constants baked into the JAX function.
+
+* :func:`fuse_value_and_vjp`: when a graph holds an op and its pullback on the
+  same inputs (every ``logp_dlogp`` function PyMC compiles), the forward op
+  also returns the VJP residuals and the pullback consumes them, so the
+  forward JAX computation runs once per call instead of twice; when the
+  cotangents do not depend on the forward outputs, both become one
+  ``jax.value_and_grad``-like op. Pairs that the ``jax_islands`` rewrite will
+  put in one island are left alone: inside it they share one ``jax.vjp``.
+* :func:`bake_constant_inputs`: small constant inputs (``pt.grad``'s
+  cotangent ``1.0``) become part of the JAX function, which XLA folds.
+
+Registered by :func:`pytensor.compile.jax_ofg.install`: both in ``optdb``, as
+``jax_ofg_fuse_value_and_vjp`` (:class:`FuseValueAndVJP`) and
+``jax_ofg_bake_constant_inputs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytensor.compile.jax_ofg_functions import BakedInputs, Static
+from pytensor.compile.jax_ofg_op import OpFromJax
+from pytensor.compile.jax_ofg_shapes import InputMap
+from pytensor.compile.jax_ofg_transforms import (
+    ValueAndVJP,
+    VJPForward,
+    VJPFunction,
+    find_forward,
+    pullback_primals,
+    residual_dtypes,
+)
+from pytensor.graph.basic import Apply, Variable
+from pytensor.graph.rewriting.basic import (
+    GraphRewriter,
+    copy_stack_trace,
+    get_active_mode,
+    node_rewriter,
+)
+from pytensor.graph.traversal import ancestors
+from pytensor.tensor.rewriting.jax_ofg_form_islands import (
+    find_islands,
+    islands_enabled,
+    joins_islands,
+)
+from pytensor.tensor.type import TensorType
+from pytensor.tensor.variable import TensorConstant
+
+
+__all__ = ["FuseValueAndVJP", "bake_constant_inputs", "fuse_value_and_vjp"]
+
+
+def _is_vjp_node(node: Apply) -> bool:
+    return isinstance(node.op, OpFromJax) and isinstance(node.op.fn, VJPFunction)
+
+
+def _depends_on(variables: Sequence[Variable], outputs: Sequence[Variable]) -> bool:
+    return not set(outputs).isdisjoint(ancestors(variables))
+
+
+class IslandPlan:
+    """Which nodes the ``jax_islands`` rewrite will group, found once per graph.
+
+    Selecting islands probes every node's JAX lowering: it is done at the
+    first question and reused for every pullback of the pass (a graph with
+    one wrapped ODE solve per patient has hundreds). The answer may be stale
+    for nodes replaced since; it only decides whether a pair is fused with
+    residuals or left to share a ``jax.vjp`` in its island, never a result.
+    """
+
+    def __init__(self, fgraph):
+        self.fgraph = fgraph
+        self._island_of: dict[Apply, int] | None = None
+
+    def share_an_island(self, forward: Apply, backward: Apply) -> bool:
+        if self._island_of is None:
+            self._island_of = {}
+            if islands_enabled(get_active_mode(self.fgraph)):
+                nodes = self.fgraph.toposort()
+                seeds = [isinstance(n.op, OpFromJax) for n in nodes]
+                islands = find_islands(
+                    self.fgraph, nodes, map(joins_islands, nodes), seeds
+                )
+                for k, island in enumerate(islands):
+                    self._island_of.update(dict.fromkeys(island, k))
+        island = self._island_of.get(forward)
+        return island is not None and island == self._island_of.get(backward)
+
+
+def _value_and_vjp(forward: Apply, vjp_node: Apply) -> dict[Variable, Variable]:
+    forward_op: OpFromJax = forward.op
+    vjp_op: OpFromJax = vjp_node.op
+    combined = vjp_op.derive(
+        ValueAndVJP(vjp_op.fn),
+        vjp_op.input_types,
+        [*forward_op.output_types, *vjp_op.output_types],
+        name=f"value_and_vjp({forward_op.describe()})",
+        output_dims=(*forward_op.output_dims, *vjp_op.output_dims),
+    )
+    outputs = combined(*vjp_node.inputs, return_list=True)
+    n_outputs = len(forward_op.output_types)
+    values, gradients = outputs[:n_outputs], outputs[n_outputs:]
+    copy_stack_trace(forward.outputs, values)
+    copy_stack_trace(vjp_node.outputs, gradients)
+    return dict(zip([*forward.outputs, *vjp_node.outputs], [*values, *gradients]))
+
+
+def fuse_value_and_vjp(
+    fgraph, node: Apply, plan: IslandPlan | None = None
+) -> dict[Variable, Variable] | None:
+    """Share one forward pass between an op and its pullback on the same inputs.
+
+    ``f(x)`` and ``vjp(f)(x, ct)`` become ``f_with_residuals(x)``, whose extra
+    outputs (the VJP residuals, one vector per dtype) feed
+    ``vjp(f)(x, *residuals, ct)``. A second pullback of the same kind reuses
+    the residuals. When the cotangents do not depend on ``f(x)`` (a cost
+    computed inside the wrapped function), both become one
+    ``value_and_vjp(f)(x, ct)``, which is :func:`jax.value_and_grad`. A
+    pullback alone (no forward node on the same inputs) is left as it is: it
+    then has to run the forward anyway, and residuals would only cost memory.
+    So is a pair that ``plan`` puts in one JAX island.
+
+    Returns the replacements for ``node`` (a pullback) and its forward.
+    """
+    if not _is_vjp_node(node):
+        return None
+    vjp_op: OpFromJax = node.op
+    vjp: VJPFunction = vjp_op.fn
+    primals = pullback_primals(node)
+    if not primals:
+        return None
+    cotangents = node.inputs[len(primals) :]
+    clients = [c for c, _ in fgraph.clients[primals[0]] if isinstance(c.op, OpFromJax)]
+    forward = find_forward(node, clients)
+    fused = find_forward(
+        node, clients, lambda fn: isinstance(fn, VJPForward) and fn.split_of(vjp)
+    )
+    replacements: dict[Variable, Variable] = {}
+    if fused is not None:
+        forward_fn, backward_fn = vjp.split(fused.op.fn.residual_dtypes)
+        residuals = fused.outputs[
+            len(fused.outputs) - len(forward_fn.residual_dtypes) :
+        ]
+    elif forward is not None and not _depends_on(cotangents, forward.outputs):
+        # The cotangents are known before the forward runs: one program.
+        return _value_and_vjp(forward, node)
+    elif forward is not None and (plan or IslandPlan(fgraph)).share_an_island(
+        forward, node
+    ):
+        # Both will be lowered in one XLA program, sharing one jax.vjp
+        # (SharedPullbacks): no residuals to trace for, nor to pack.
+        return None
+    elif forward is not None:
+        forward_op: OpFromJax = forward.op
+        primal_types = vjp_op.input_types[: len(primals)]
+        try:
+            dtypes = residual_dtypes(
+                vjp,
+                [t.shape for t in primal_types],
+                [t.dtype for t in primal_types],
+                dict(forward_op.traced_sizes),
+            )
+        except Exception:  # cannot be traced abstractly: keep the two passes
+            return None
+        forward_fn, backward_fn = vjp.split(dtypes)
+        fused_op = forward_op.derive(
+            forward_fn,
+            forward_op.input_types,
+            [
+                *forward_op.output_types,
+                *(TensorType(dtype, shape=(None,)) for dtype in dtypes),
+            ],
+            name=f"{forward_op.describe()}+residuals",
+            output_dims=(*forward_op.output_dims, *((None,) for _ in dtypes)),
+        )
+        outputs = fused_op(*primals, return_list=True)
+        n_outputs = len(forward_op.output_types)
+        outputs, residuals = outputs[:n_outputs], outputs[n_outputs:]
+        copy_stack_trace(forward.outputs, outputs)
+        replacements.update(zip(forward.outputs, outputs))
+    else:
+        return None
+
+    backward_op = vjp_op.derive(
+        backward_fn,
+        [
+            *vjp_op.input_types[: len(primals)],
+            *(r.type for r in residuals),
+            *vjp_op.input_types[len(primals) :],
+        ],
+        vjp_op.output_types,
+        name=vjp_op.name,
+        output_dims=vjp_op.output_dims,
+    )
+    gradients = backward_op(*primals, *residuals, *cotangents, return_list=True)
+    copy_stack_trace(node.outputs, gradients)
+    replacements.update(zip(node.outputs, gradients))
+    return replacements
+
+
+class FuseValueAndVJP(GraphRewriter):
+    """:func:`fuse_value_and_vjp` for every pullback of a graph, in one pass."""
+
+    def apply(self, fgraph) -> None:
+        plan = IslandPlan(fgraph)
+        for node in fgraph.toposort():
+            if node not in fgraph.apply_nodes or not _is_vjp_node(node):
+                continue  # replaced earlier in this pass, or not a pullback
+            replacements = fuse_value_and_vjp(fgraph, node, plan)
+            if replacements:
+                fgraph.replace_all_validate(
+                    list(replacements.items()), reason="jax_ofg_fuse_value_and_vjp"
+                )
+
+
+# ------------------------------------------------------ baked constants
+#: Constant inputs of at most this many elements are baked into the JAX
+#: function: XLA folds them (a cotangent of 1.0, say), and they are no
+#: longer passed at every call.
+BAKED_CONSTANT_SIZE = 1024
+
+
+@node_rewriter([OpFromJax])
+def bake_constant_inputs(fgraph, node: Apply) -> list[Variable] | None:
+    """Bake small constant inputs of an :class:`OpFromJax` into its function.
+
+    ``pt.grad`` of a scalar cost gives the cotangent ``1.0``: the fused
+    ``value_and_vjp`` op then becomes exactly :func:`jax.value_and_grad`.
+    """
+    op: OpFromJax = node.op
+    baked = tuple(
+        (i, Static(x.data))
+        for i, x in enumerate(node.inputs)
+        if isinstance(x, TensorConstant) and x.data.size <= BAKED_CONSTANT_SIZE
+    )
+    if not baked or len(baked) == len(node.inputs):  # all constant: folded
+        return None
+    positions = {i for i, _ in baked}
+    kept = [i for i in range(len(node.inputs)) if i not in positions]
+    baked_op = op.derive(
+        BakedInputs(op.fn, baked),
+        [op.input_types[i] for i in kept],
+        op.output_types,
+        output_dims=op.output_dims,
+        inputs=InputMap(
+            index=tuple(
+                None if i in positions else kept.index(i)
+                for i in range(len(node.inputs))
+            ),
+            shapes=tuple(
+                x.data.shape if i in positions else x.type.shape
+                for i, x in enumerate(node.inputs)
+            ),
+        ),
+    )
+    outputs = baked_op(*[node.inputs[i] for i in kept], return_list=True)
+    copy_stack_trace(node.outputs, outputs)
+    return outputs

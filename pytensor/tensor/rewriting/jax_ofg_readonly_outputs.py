@@ -1,0 +1,71 @@
+"""Read-only outputs: only outputs that may be written are copied out of JAX.
+
+JAX returns read-only buffers; copying every output costs time on every
+call. After all other rewrites (in-place ones included), :class:`ReadOnlyOutputs`
+notes on each :class:`~pytensor.compile.jax_ofg_host.JaxHostOp` node which
+outputs must be private, writeable copies (:func:`writable_flags`); the host
+call hands on the others as read-only views.
+
+Registered by :func:`pytensor.compile.jax_ofg.install`: :class:`ReadOnlyOutputs`
+in ``optdb`` as ``jax_ofg_readonly_outputs``.
+"""
+
+from __future__ import annotations
+
+from pytensor.compile.aliasing import alias_root, view_tree_set
+from pytensor.compile.jax_ofg_host import WRITABLE_TAG, JaxHostOp
+from pytensor.graph.basic import Apply, Variable
+from pytensor.graph.fg import Output
+from pytensor.graph.rewriting.basic import GraphRewriter
+
+
+__all__ = ["ReadOnlyOutputs", "writable_flags"]
+
+
+def _buffer_users(fgraph, variable: Variable) -> list[tuple[Apply, int]]:
+    """The clients of ``variable``'s buffer: of it and of every view of it."""
+    views: set[Variable] = set()
+    view_tree_set(fgraph, alias_root(variable), views)
+    return [client for view in views for client in fgraph.clients[view]]
+
+
+def _written(fgraph, variable: Variable) -> bool:
+    """Whether an in-place node (``destroy_map``) writes into ``variable``'s buffer."""
+    return any(
+        position in inputs
+        for client, position in _buffer_users(fgraph, variable)
+        for inputs in client.op.destroy_map.values()
+    )
+
+
+def _returned(fgraph, variable: Variable) -> bool:
+    """Whether the compiled function returns ``variable``'s buffer (callers may write)."""
+    return any(isinstance(c.op, Output) for c, _ in _buffer_users(fgraph, variable))
+
+
+def writable_flags(fgraph, node: Apply) -> tuple[bool, ...]:
+    """Per output of a host-called JAX node: whether it must be a writeable copy.
+
+    An output that the function returns, or that an in-place node may write
+    into, must be. So must every output when an input may be written later:
+    the read-only view could then alias memory that changes.
+    """
+    if any(_written(fgraph, x) for x in node.inputs):
+        return (True,) * len(node.outputs)
+    return tuple(_written(fgraph, o) or _returned(fgraph, o) for o in node.outputs)
+
+
+class ReadOnlyOutputs(GraphRewriter):
+    """Note which outputs of host-called JAX ops must be writeable copies.
+
+    JAX returns read-only buffers; copying every output costs time on every
+    call. After all other rewrites (in-place ones included), each
+    :class:`~pytensor.compile.jax_ofg_host.JaxHostOp` node of the compiled
+    graph gets ``node.tag.jax_ofg_writable`` (:func:`writable_flags`); its
+    other outputs are handed on as read-only views.
+    """
+
+    def apply(self, fgraph) -> None:
+        for node in fgraph.apply_nodes:
+            if isinstance(node.op, JaxHostOp):
+                setattr(node.tag, WRITABLE_TAG, writable_flags(fgraph, node))

@@ -1,0 +1,176 @@
+"""The package's structure: one place acts on the process, modules form layers.
+
+* Every module but the facade (``pytensor/compile/jax_ofg.py``) imports
+  without side effects; the facade's ``install()`` does every process-wide
+  act, once.
+* The modules' imports of each other form no cycle, and no function imports
+  one of them to dodge a cycle.
+"""
+
+import ast
+import json
+from pathlib import Path
+
+from _fresh_process import run_script
+
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+FACADE = "pytensor.compile.jax_ofg"
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(CHECKOUT).with_suffix("").parts)
+
+
+#: Every module of the package, by dotted name.
+MODULES = {
+    _module_name(path): path for path in (CHECKOUT / "pytensor").rglob("jax_ofg*.py")
+}
+
+
+def _own_imports(tree: ast.AST) -> list[tuple[ast.AST, str]]:
+    """The imports of this package's modules in ``tree``, with the node doing each."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        found += [(node, name) for name in names if name in MODULES]
+    return found
+
+
+def _function_level_imports(tree: ast.AST) -> list[str]:
+    inside = []
+    for function in ast.walk(tree):
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            inside += [
+                f"{name} (in {function.name}, line {node.lineno})"
+                for node, name in _own_imports(function)
+            ]
+    return inside
+
+
+def test_no_function_imports_one_of_the_package_modules():
+    offenders = {
+        name: found
+        for name, path in MODULES.items()
+        if (found := _function_level_imports(ast.parse(path.read_text())))
+    }
+    assert not offenders
+
+
+def test_the_modules_import_each_other_without_cycles():
+    graph = {
+        name: {imported for _, imported in _own_imports(ast.parse(path.read_text()))}
+        - {name}
+        for name, path in MODULES.items()
+    }
+    # Peel off modules that import nothing left; a cycle is what remains.
+    remaining = dict(graph)
+    while True:
+        leaves = [m for m, deps in remaining.items() if not deps & remaining.keys()]
+        if not leaves:
+            break
+        for leaf in leaves:
+            del remaining[leaf]
+    assert not remaining, f"import cycle among {sorted(remaining)}"
+    # The facade is the top layer: no module of the package imports it.
+    assert not any(FACADE in deps for deps in graph.values())
+
+
+#: Run in a fresh process with floatX=float32, so that PyTensor's JAX backend
+#: leaves x64 off: reports what is registered after importing every module but
+#: the facade, then after importing the facade.
+PROBE = """
+import importlib, json, sys
+import jax
+modules = {modules!r}
+for name in modules:
+    importlib.import_module(name)
+
+def state():
+    from pytensor import config
+    from pytensor.compile.mode import optdb
+    from pytensor.compile.jax_ofg_host import JaxHostOp
+    from pytensor.compile.jax_ofg_op import OpFromJax
+    from pytensor.compile.jax_ofg_wrapper import SymbolicCallable
+    from pytensor.graph.replace import _vectorize_node
+    from pytensor.link.jax.dispatch import jax_funcify
+    from pytensor.link.jax.linker import JAXLinker
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+    from pytensor.tensor.basic import _as_tensor_variable
+    return dict(
+        x64=bool(jax.config.jax_enable_x64),
+        jax_funcify=OpFromJax in jax_funcify.registry,
+        numba_funcify=JaxHostOp in numba_funcify_and_cache_key.registry,
+        vectorize=OpFromJax in _vectorize_node.registry,
+        as_tensor=SymbolicCallable in _as_tensor_variable.registry,
+        rewrites=sorted(
+            name
+            for name in ("jax_islands", "jax_ofg_bake_constant_inputs",
+                         "jax_ofg_fuse_value_and_vjp", "jax_ofg_readonly_outputs",
+                         "jax_ofg_vmap_blockwise")
+            if name in optdb
+        ),
+        flag=hasattr(config, "jax_ofg__xla_cache"),
+        xla_cache_dir=jax.config.jax_compilation_cache_dir is not None,
+        pymc_hook=any("PatchPyMC" in type(f).__name__ for f in sys.meta_path),
+        jax_linker=getattr(JAXLinker.jit_compile, "checks_forked_processes", False),
+        numba_bodies=any(m.endswith("jax_ofg._bodies") for m in sys.modules),
+    )
+
+before = state()
+import pytensor.compile.jax_ofg as facade
+after = state()
+facade.install()  # again: nothing new, no error
+print(json.dumps(dict(before=before, after=after, again=state())))
+"""
+
+
+def test_only_the_facade_acts_on_the_process(tmp_path):
+    others = sorted(name for name in MODULES if name != FACADE)
+    flags = f"floatX=float32,base_compiledir={tmp_path / 'compiledir'}"
+    result = run_script(
+        PROBE.format(modules=others),
+        tmp_path,
+        timeout=300,
+        env={"PYTENSOR_FLAGS": flags},
+    )
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    before, after = report["before"], report["after"]
+    assert before == {
+        "x64": False,
+        "jax_funcify": False,
+        "numba_funcify": False,
+        "vectorize": False,
+        "as_tensor": False,
+        "rewrites": [],
+        "flag": False,
+        "xla_cache_dir": False,
+        "pymc_hook": False,
+        "jax_linker": False,
+        "numba_bodies": False,
+    }
+    assert after == {
+        "x64": True,
+        "jax_funcify": True,
+        "numba_funcify": True,
+        "vectorize": True,
+        "as_tensor": True,
+        "rewrites": [
+            "jax_islands",
+            "jax_ofg_bake_constant_inputs",
+            "jax_ofg_fuse_value_and_vjp",
+            "jax_ofg_readonly_outputs",
+            "jax_ofg_vmap_blockwise",
+        ],
+        "flag": True,
+        "xla_cache_dir": True,
+        "pymc_hook": True,
+        "jax_linker": True,
+        "numba_bodies": True,
+    }
+    assert report["again"] == after
