@@ -29,6 +29,7 @@ from pytensor.compile.jax_ofg_host import JaxHostOp
 from pytensor.compile.jax_ofg_island_op import JaxIsland, JaxIslandFallbackWarning
 from pytensor.compile.mode import Mode, get_mode
 from pytensor.graph.basic import Apply
+from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.op import Op
 from pytensor.link.numba.dispatch import numba_funcify
 from pytensor.raise_op import Assert
@@ -303,36 +304,36 @@ def test_in_place_nodes_never_join(island_mode):
     np.testing.assert_allclose(f(xv), 2.0 * (np.exp(np.sin(xv)) + 1.0), rtol=1e-12)
 
 
-class FakeNode:
-    """An apply node for find_islands: only inputs matter."""
-
-    def __init__(self, parents):
-        self.inputs = [FakeVariable(p) for p in parents]
-
-
-class FakeVariable:
-    def __init__(self, owner):
-        self.owner = owner
+def random_graph(rng) -> tuple[FunctionGraph, list[Apply]]:
+    """A graph of 2-13 nodes, each adding up to three earlier nodes' outputs."""
+    x = pt.dscalar("x")
+    variables = []
+    for i in range(int(rng.integers(2, 14))):
+        k = int(rng.integers(0, min(i, 3) + 1))
+        parents = list(rng.choice(variables, size=k, replace=False)) if k else []
+        variables.append(pt.add(x, *parents) if parents else pt.exp(x))
+    fgraph = FunctionGraph([x], variables, clone=False)
+    nodes = fgraph.toposort()
+    assert len(nodes) == len(variables)  # every node is one of ours
+    return fgraph, nodes
 
 
 def test_islands_are_convex_and_disjoint_on_random_graphs():
     rng = np.random.default_rng(0)
     for _ in range(300):
-        n = int(rng.integers(2, 14))
-        nodes = []
-        for i in range(n):
-            k = int(rng.integers(0, min(i, 3) + 1))
-            nodes.append(FakeNode(list(rng.choice(nodes, size=k, replace=False))))
+        fgraph, nodes = random_graph(rng)
+        n = len(nodes)
         can_join = rng.random(n) < 0.7
         seeds = can_join & (rng.random(n) < 0.4)
-        found = find_islands(nodes, can_join, seeds)
+        found = find_islands(fgraph, nodes, can_join, seeds)
 
         position = {node: i for i, node in enumerate(nodes)}
         ancestors = [set() for _ in nodes]
         for i, node in enumerate(nodes):
             for inp in node.inputs:
-                j = position[inp.owner]
-                ancestors[i] |= ancestors[j] | {j}
+                j = position.get(inp.owner)
+                if j is not None:
+                    ancestors[i] |= ancestors[j] | {j}
         seen = set()
         for island in found:
             members = {position[node] for node in island}
