@@ -1,0 +1,1403 @@
+"""Content keys for traced JAX programs: everything a trace depends on, or nothing.
+
+A traced program (a ``jax.export`` artifact on disk, a jitted function or a
+traced output type in memory) can be reused only while everything it was
+traced from is unchanged. :func:`fingerprint` describes a value -- typically
+an op's inner function -- by all of that:
+
+* Python values exactly (``1``, ``1.0`` and ``True`` differ; floats by
+  ``float.hex``), containers by their items, arrays by dtype, shape and a
+  digest of their content;
+* the user's functions by their code (bytecode, constants, names, nested code
+  objects such as lambdas), closure, defaults, and **the globals their code
+  reads**, followed through the user's own functions, classes, instances and
+  modules (``helpers.rhs``, ``from helpers import rhs``, a helper calling a
+  helper, a method of a user's ``equinox.Module``);
+* code from installed libraries (jax, diffrax, equinox, numpy, ...) by its
+  distribution's name and version instead of its code, and the standard
+  library by name (the Python version is in :func:`environment_fingerprint`);
+* objects by their state: dataclass fields (equinox modules), instance
+  attributes, pytree children and auxiliary data, what ``pickle`` would save.
+
+A value that cannot be described faithfully (a lock, a generator, an object
+whose state lives in C, a user's C extension, a leaked tracer, code that looks
+globals up dynamically with ``eval`` or ``globals()``) makes the whole
+description undescribable: :func:`fingerprint` returns None and the caller
+traces as it would without a cache. The key may change for reasons that do
+not matter (an over-approximation costs a trace); it never stays equal when
+something that matters changed.
+
+:func:`environment_fingerprint` covers what every traced program depends on
+besides its function: Python, jax, jaxlib, PyTensor and numpy versions, this
+project's own source, the JAX configuration and the default backend.
+
+:func:`stable_key` is the same description in a forgiving mode: never None,
+equal in every process for equal values, for keys whose miss is harmless
+(Numba's cache). Where the strict mode gives up, it describes the value by
+type and ``repr`` with addresses removed.
+
+Library or user code
+--------------------
+A module is *library* code when its file is one an installed distribution
+recorded (its ``RECORD``), that distribution was installed from an index or
+archive by name (not from a local directory or file: ``direct_url.json``
+names no ``file://`` URL), and the distribution is described by its name and
+version. Anything else is *user* code and is followed: ``__main__``,
+notebooks, scripts, test modules, modules on ``sys.path`` that no distribution
+owns, a checkout shadowing an installed copy, and **editable or local
+installs** -- a version string is only trusted for a release, since a local
+package can be rebuilt under an unchanged version. The standard library is
+recognised by name (``sys.stdlib_module_names``) and location (a module
+shadowing a stdlib name elsewhere is user code). This project's own modules
+(``pytensor/compile/jax_ofg*.py`` and the dispatch and rewrite modules) are
+described by name: their source is in :func:`environment_fingerprint`.
+
+Over-approximations (a change here changes the key, harmlessly)
+---------------------------------------------------------------
+* A function's globals are every name in ``co_names`` of its code and nested
+  code, attribute names included: a global sharing a name with an attribute
+  the code reads is described although the code never reads it.
+* A user module read as a global contributes its attributes named anywhere in
+  the code (or in its string constants, for ``getattr(module, "name")``); a
+  user module met elsewhere (an instance's attribute, a container), or read by
+  code that also calls ``getattr`` or ``vars``, contributes all attributes.
+* User classes contribute their whole ``__dict__``; user instances all their
+  attributes; lists and dicts their order.
+* Line numbers and file names are left out (they only change the location
+  metadata of a traced program), but bytecode changes with any code edit.
+
+Not seen (documented limits)
+----------------------------
+Monkeypatched attributes of library modules, changes to ``builtins``, and
+state a library keeps in its own module globals (the JAX configuration is in
+:func:`environment_fingerprint`). ``eval``, ``exec``, ``globals()``,
+``__import__``, ``importlib.import_module`` and ``sys.modules`` in user code
+make its key undescribable; so does a local ``import`` of a user module not
+imported yet.
+
+Memoization
+-----------
+Code objects are immutable: their description, names and imports are
+computed once. Module classifications and distribution versions are computed
+once per module and distribution. Globals, closures, defaults, class
+dictionaries and instance attributes are mutable and are read at every call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import dis
+import enum
+import functools
+import hashlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import sys
+import threading
+import types
+import weakref
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.op import Op
+from pytensor.graph.type import Type
+
+
+__all__ = [
+    "Undescribable",
+    "describe",
+    "describe_environment",
+    "digest",
+    "environment_fingerprint",
+    "fingerprint",
+    "module_kind",
+    "project_files",
+    "stable_key",
+]
+
+
+def digest(text: str) -> str:
+    """A short hex digest of ``text``.
+
+    >>> digest("abc")
+    'ba7816bf8f01cfea414140de5dae2223'
+    """
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class Undescribable(Exception):
+    """Raised inside the strict describer for a value it cannot describe faithfully."""
+
+
+def fingerprint(value: Any) -> str | None:
+    """A digest of everything ``value`` computes with, or None if that cannot be known.
+
+    Combine it with :func:`environment_fingerprint` for a cache key.
+
+    >>> def scale(x):
+    ...     return 2.0 * x
+    >>> fingerprint(scale) == fingerprint(scale)
+    True
+    >>> fingerprint(threading.Lock()) is None
+    True
+    """
+    text = describe(value, strict=True)
+    return None if text is None else digest(text)
+
+
+def describe(value: Any, strict: bool = True) -> str | None:
+    """The readable description behind :func:`fingerprint` and :func:`stable_key`.
+
+    With ``strict``, None when some part of ``value`` cannot be described
+    faithfully; without, a best-effort description that is never None.
+
+    >>> describe((1, 1.0, True, None, "a"))
+    "(1, 0x1.0000000000000p+0, True, None, 'a')"
+    >>> describe({"k": [np.float32(0.5)]})
+    "{'k': [scalar(<f4, 0000003f)]}"
+    >>> describe(threading.Lock()) is None
+    True
+    >>> describe(threading.Lock(), strict=False)
+    '_thread.lock:<unlocked _thread.lock object>'
+    """
+    try:
+        return _Describer(strict)(value)
+    except Undescribable:
+        return None
+    except RecursionError:  # a structure too deep to describe
+        return None if strict else f"{_qualified(type(value))}:<too deep>"
+
+
+def stable_key(value: Any) -> str:
+    """A description of ``value`` that equal values share in every process.
+
+    Best effort (:func:`describe` with ``strict=False``): a value that cannot
+    be described faithfully is described by type and ``repr`` without
+    addresses, which only costs a cache miss where a registry disambiguates
+    (the Numba dispatch). A value met again while it is described (a recursive
+    function holding itself) is named by its position, not described again.
+
+    >>> stable_key((1, 2.5, "a", None))
+    "(1, 0x1.4000000000000p+1, 'a', None)"
+    >>> stable_key(np.zeros(2)) == stable_key(np.zeros(2))
+    True
+    """
+    return describe(value, strict=False)
+
+
+# --------------------------------------------------------------------- kinds
+#: Where a module's code comes from: ``("stdlib", "")``, ``("project", "")``,
+#: ``("library", "dist==version")`` or ``("user", "")``.
+Kind = tuple[str, str]
+
+_USER: Kind = ("user", "")
+_STDLIB: Kind = ("stdlib", "")
+_PROJECT: Kind = ("project", "")
+
+#: This project's modules (their source is in the environment fingerprint).
+_PROJECT_MODULE = re.compile(
+    r"pytensor\.(compile\.jax_ofg\w*|link\.\w+\.dispatch\.jax_ofg\w*"
+    r"|tensor\.rewriting\.jax_ofg\w*)(\..*)?"
+)
+
+_MODULE_KINDS: dict[str, tuple[Any, Kind]] = {}
+_KIND_LOCK = threading.Lock()
+
+
+def module_kind(name: str | None) -> Kind:
+    """Whether the module called ``name`` is stdlib, library, project or user code.
+
+    >>> module_kind("json")
+    ('stdlib', '')
+    >>> module_kind("numpy")[0], module_kind("numpy")[1].startswith("numpy==")
+    ('library', True)
+    >>> module_kind("__main__")
+    ('user', '')
+    """
+    if not name or not isinstance(name, str):
+        return _USER
+    module = sys.modules.get(name)
+    file = getattr(module, "__file__", None)
+    cached = _MODULE_KINDS.get(name)
+    if cached is not None and cached[0] == file:
+        return cached[1]
+    kind = _classify(name, module, file)
+    with _KIND_LOCK:
+        _MODULE_KINDS[name] = (file, kind)
+    return kind
+
+
+def _classify(name: str, module: Any, file: str | None) -> Kind:
+    if _PROJECT_MODULE.fullmatch(name):
+        return _PROJECT
+    top = name.partition(".")[0]
+    if top == "__main__":
+        return _USER
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        if file is None or _under(file, _stdlib_dirs()):
+            return _STDLIB
+        return _USER  # a user's module shadowing a stdlib name
+    if module is None and top in sys.modules and top != name:
+        # Not imported yet (a local import): the top-level package decides.
+        kind = module_kind(top)
+        return kind if kind[0] != "user" else _USER
+    if file is None:
+        # A namespace package or a built-in: judge by a file of its package.
+        paths = list(getattr(module, "__path__", ()) or ())
+        file = str(Path(paths[0]) / "__init__.py") if paths else None
+        if file is None:
+            return _USER
+    owner = _owning_distribution(top, file)
+    if owner is None or owner.local:
+        return _USER
+    return ("library", f"{owner.name}=={owner.version}")
+
+
+@functools.cache
+def _stdlib_dirs() -> tuple[str, ...]:
+    import sysconfig
+
+    return tuple(
+        {
+            os.path.dirname(os.__file__),
+            sysconfig.get_path("stdlib"),
+        }
+    )
+
+
+def _under(file: str, folders: Iterable[str]) -> bool:
+    file = os.path.abspath(file)
+    return any(file.startswith(os.path.join(folder, "")) for folder in folders)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Distribution:
+    name: str
+    version: str
+    #: installed from a local directory or file: its version proves nothing
+    local: bool
+    #: the RECORD file's text ("" when it has none)
+    record: str
+    #: the top-level names it declares (top_level.txt), empty when unknown
+    top_level: frozenset[str]
+
+
+@functools.cache
+def _distribution(info: str) -> _Distribution:
+    folder = Path(info)
+    headers = _headers(_read(folder / "METADATA"))
+    direct = _read(folder / "direct_url.json")
+    local = False
+    if direct:
+        try:
+            local = json.loads(direct).get("url", "").startswith("file:")
+        except (ValueError, AttributeError):
+            local = True
+    return _Distribution(
+        name=headers.get("name", folder.stem),
+        version=headers.get("version", "?"),
+        local=local,
+        record="\n" + _read(folder / "RECORD"),
+        top_level=frozenset(_read(folder / "top_level.txt").split()),
+    )
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _headers(metadata: str) -> dict[str, str]:
+    """``Name`` and ``Version`` of a METADATA file (the email parser is slow)."""
+    headers = {}
+    for line in metadata.splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        if key.lower() in ("name", "version"):
+            headers[key.lower()] = value.strip()
+    return headers
+
+
+@functools.cache
+def _distribution_infos(folder: str) -> tuple[str, ...]:
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return ()
+    return tuple(
+        os.path.join(folder, n) for n in sorted(names) if n.endswith(".dist-info")
+    )
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _owning_distribution(top: str, file: str) -> _Distribution | None:
+    """The installed distribution that recorded ``file`` (of top-level ``top``)."""
+    file = os.path.abspath(file)
+    folder = _install_folder(top, file)
+    if folder is None:
+        return None
+    relative = os.path.relpath(file, folder).replace(os.sep, "/")
+    infos = _distribution_infos(folder)
+    # The distribution named like the package first: usually it is the one.
+    named = [i for i in infos if _info_name(i) == _normalized(top)]
+    for info in [*named, *(i for i in infos if i not in named)]:
+        dist = _distribution(info)
+        if dist.record.strip():
+            if f"\n{relative}," in dist.record:
+                return dist
+        elif top in dist.top_level or info in named:
+            return dist  # no file list: trust the declared or matching name
+    return None
+
+
+def _info_name(info: str) -> str:
+    stem = os.path.basename(info).removesuffix(".dist-info")
+    return _normalized(stem.rpartition("-")[0] or stem)
+
+
+def _install_folder(top: str, file: str) -> str | None:
+    """The ``sys.path`` folder holding ``file`` of the top-level package ``top``."""
+    module = sys.modules.get(top)
+    folders = []
+    top_file = getattr(module, "__file__", None)
+    if top_file:
+        path = Path(top_file)
+        folders.append(path.parent.parent if path.stem == "__init__" else path.parent)
+    folders.extend(Path(entry).parent for entry in getattr(module, "__path__", ()))
+    for folder in folders:
+        if _under(file, [str(folder)]):
+            return str(folder)
+    return None
+
+
+# --------------------------------------------------------------------- code
+@dataclasses.dataclass(frozen=True)
+class _CodeInfo:
+    #: digest of everything that defines the behaviour of the code
+    text: str
+    #: every name in co_names of the code and its nested code
+    names: frozenset[str]
+    #: names plus identifier-like string constants (getattr(module, "x"))
+    attributes: frozenset[str]
+    #: (module name, level) of every import statement
+    imports: tuple[tuple[str, int], ...]
+
+
+_CODE_INFO: dict[int, tuple[weakref.ref, _CodeInfo]] = {}
+
+_DYNAMIC_BUILTINS = frozenset({"eval", "exec", "globals", "__import__", "compile"})
+_DYNAMIC_ATTRIBUTES = frozenset({"getattr", "vars"})
+
+
+def _code_info(code: types.CodeType) -> _CodeInfo:
+    entry = _CODE_INFO.get(id(code))
+    if entry is not None and entry[0]() is code:
+        return entry[1]
+    info = _compute_code_info(code)
+    key = id(code)
+    _CODE_INFO[key] = (weakref.ref(code, lambda _: _CODE_INFO.pop(key, None)), info)
+    return info
+
+
+def _compute_code_info(code: types.CodeType) -> _CodeInfo:
+    names: set[str] = set()
+    strings: set[str] = set()
+    imports: list[tuple[str, int]] = []
+
+    def walk(c: types.CodeType) -> str:
+        names.update(c.co_names)
+        consts = []
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                consts.append(walk(const))
+            else:
+                if isinstance(const, str) and const.isidentifier():
+                    strings.add(const)
+                consts.append(_const(const))
+        previous: list[Any] = []
+        for instruction in dis.get_instructions(c):
+            if instruction.opname == "IMPORT_NAME":
+                level = previous[-2].argval if len(previous) >= 2 else 0
+                imports.append((instruction.argval, level if type(level) is int else 0))
+            previous.append(instruction)
+        return "|".join(
+            [
+                c.co_name,
+                c.co_code.hex(),
+                c.co_exceptiontable.hex(),
+                f"[{', '.join(consts)}]",
+                repr(c.co_names),
+                repr(c.co_varnames),
+                repr(c.co_freevars),
+                repr(c.co_cellvars),
+                f"{c.co_argcount},{c.co_posonlyargcount},{c.co_kwonlyargcount},{c.co_flags}",
+            ]
+        )
+
+    text = digest(walk(code))
+    return _CodeInfo(
+        text,
+        frozenset(names),
+        frozenset(names | strings),
+        tuple(dict.fromkeys(imports)),
+    )
+
+
+def _const(value: Any) -> str:
+    """A code constant (immutable by construction; never needs back-references)."""
+    if isinstance(value, tuple | frozenset):
+        items = [_const(v) for v in value]
+        if isinstance(value, frozenset):
+            return "frozenset({" + ", ".join(sorted(items)) + "})"
+        return "(" + ", ".join(items) + ")"
+    if isinstance(value, types.CodeType):
+        return f"code:{_code_info(value).text}"
+    return _ATOMS[type(value)](value)
+
+
+# ----------------------------------------------------------------- describer
+_HEAPTYPE = 1 << 9
+_SOURCE_SUFFIXES = tuple(importlib.machinery.SOURCE_SUFFIXES) + tuple(
+    importlib.machinery.BYTECODE_SUFFIXES
+)
+#: C types whose instances the describer handles by value
+_VALUE_BASES = frozenset(
+    {object, int, float, complex, str, bytes, tuple, list, dict, set, frozenset}
+)
+#: class attributes that are machinery, not behaviour
+_CLASS_MACHINERY = frozenset(
+    {
+        "__dict__",
+        "__weakref__",
+        "__doc__",
+        "__module__",
+        "__qualname__",
+        "__firstlineno__",
+        "__static_attributes__",
+        "__annotations__",
+        "__annotate__",
+        "__annotate_func__",
+        "__annotations_cache__",
+        "__orig_bases__",
+        "__parameters__",
+        "__type_params__",
+        "_abc_impl",
+        "__dataclass_fields__",
+    }
+)
+_MODULE_MACHINERY = frozenset(
+    {
+        "__name__",
+        "__doc__",
+        "__package__",
+        "__loader__",
+        "__spec__",
+        "__file__",
+        "__cached__",
+        "__builtins__",
+        "__path__",
+        "__annotations__",
+    }
+)
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _atoms() -> dict[type, Callable[[Any], str]]:
+    return {
+        type(None): repr,
+        bool: repr,
+        int: repr,
+        str: repr,
+        bytes: repr,
+        float: float.hex,
+        complex: lambda v: f"complex({v.real.hex()}, {v.imag.hex()})",
+        type(Ellipsis): repr,
+        type(NotImplemented): repr,
+    }
+
+
+_ATOMS = _atoms()
+
+
+@functools.cache
+def _is_c_class(cls: type) -> bool:
+    """Whether instances of ``cls`` may keep state that Python cannot see."""
+    if cls in _VALUE_BASES:
+        return False
+    if not cls.__flags__ & _HEAPTYPE:
+        return True
+    module = sys.modules.get(getattr(cls, "__module__", None) or "")
+    file = getattr(module, "__file__", None)
+    return file is not None and not file.endswith(_SOURCE_SUFFIXES)
+
+
+def _qualified(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}"
+
+
+def _kind_tag(kind: Kind) -> str:
+    return kind[1] if kind[0] == "library" else kind[0]
+
+
+class _Describer:
+    """One description: remembers what it described, to refer back to it."""
+
+    __slots__ = ("keep", "modules", "seen", "strict")
+
+    def __init__(self, strict: bool):
+        self.strict = strict
+        self.seen: dict[int, int] = {}
+        #: what ``seen`` refers to, kept alive so that no id is reused
+        self.keep: list[Any] = []
+        #: (module id, names) being described, to cut import cycles
+        self.modules: set[tuple[int, frozenset[str] | None]] = set()
+
+    # ------------------------------------------------------------- plumbing
+    def __call__(self, value: Any) -> str:
+        cls = type(value)
+        atom = _ATOMS.get(cls)
+        if atom is not None:
+            return atom(value)
+        entry = _DISPATCH.get(cls) or _dispatch(cls)
+        method, referenced = entry
+        if referenced:
+            index = self.seen.get(id(value))
+            if index is not None:
+                return f"@{index}"
+            self.seen[id(value)] = len(self.keep)
+            self.keep.append(value)
+        return method(self, value)
+
+    def fail(self, value: Any, why: str) -> str:
+        if self.strict:
+            raise Undescribable(f"{why}: {type(value).__qualname__}")
+        try:
+            text = repr(value)
+        except Exception:
+            text = "?"
+        return f"{_qualified(type(value))}:{_ADDRESS.sub('', text)}"
+
+    def items(self, values: Iterable[Any]) -> str:
+        return ", ".join(self(v) for v in values)
+
+    def mapping(self, items: Iterable[tuple[Any, Any]]) -> str:
+        return "{" + ", ".join(f"{self(k)}: {self(v)}" for k, v in items) + "}"
+
+    def named(self, items: Iterable[tuple[str, Any]]) -> str:
+        return ", ".join(f"{k}={self(v)}" for k, v in items)
+
+    # ------------------------------------------------------------ containers
+    def tuple_(self, value: tuple) -> str:
+        return f"({self.items(value)}{',' if len(value) == 1 else ''})"
+
+    def list_(self, value: list) -> str:
+        return f"[{self.items(value)}]"
+
+    def dict_(self, value: dict) -> str:
+        # Insertion order is observable (iteration), so it is kept.
+        return self.mapping(list(value.items()))
+
+    def set_(self, value: set | frozenset) -> str:
+        # Iteration order follows hashes, which differ between processes.
+        items = ", ".join(sorted(self(v) for v in value))
+        return f"{type(value).__name__}({{{items}}})"
+
+    def subclass(self, value: Any) -> str:
+        """An instance of a subclass of a built-in value type (namedtuple, IntEnum...)."""
+        cls = type(value)
+        base = next(b for b in cls.__mro__ if b in _VALUE_BASES)
+        content = _EXACT[base](self, base(value))
+        if isinstance(value, dict) and hasattr(value, "default_factory"):
+            content += f", default_factory={self(value.default_factory)}"
+        return f"{self(cls)}({content}{self.state(value)})"
+
+    # ---------------------------------------------------------------- arrays
+    def ndarray(self, value: np.ndarray) -> str:
+        if type(value) is not np.ndarray:
+            state = self.state(value)
+            return f"{self(type(value))}({self.ndarray(np.asarray(value))}{state})"
+        if value.dtype.hasobject:
+            return f"array(object, {value.shape}, {self(value.tolist())})"
+        content = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
+        return f"array({self.dtype(value.dtype)}, {value.shape}, {content[:32]})"
+
+    def scalar(self, value: np.generic) -> str:
+        if value.dtype.hasobject:
+            return f"scalar(object, {self(value.item())})"
+        return f"scalar({self.dtype(value.dtype)}, {value.tobytes().hex()})"
+
+    def dtype(self, value: np.dtype) -> str:
+        if value.fields is None and value.subdtype is None:
+            return value.str
+        return repr(value.descr)
+
+    def jax_array(self, value: jax.Array) -> str:
+        if isinstance(value, jax.core.Tracer):
+            return self.fail(value, "a tracer (a leaked intermediate of a trace)")
+        weak = ", weak" if getattr(value, "weak_type", False) else ""
+        if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+            data = np.asarray(jax.random.key_data(value))
+            return f"key_array({value.dtype}, {self.ndarray(data)})"
+        try:
+            data = np.asarray(value)
+        except Exception:  # deleted or otherwise unreadable
+            return self.fail(value, "an array that cannot be read")
+        return f"jax_{self.ndarray(data)}{weak}"
+
+    # ------------------------------------------------------------- functions
+    def function(self, fn: types.FunctionType) -> str:
+        globals_ = fn.__globals__
+        module = globals_.get("__name__")
+        kind = module_kind(module)
+        # Named by where its code was defined: functools.wraps copies the
+        # wrapped function's names onto a wrapper.
+        name = f"{module}.{fn.__code__.co_qualname}"
+        if kind[0] != "user":
+            tag = _kind_tag(kind)
+            if fn.__closure__ is None and "<locals>" not in name:
+                return f"function({tag}:{name})"
+            # Made at run time by library code (jax.vmap(f)'s wrapper): its
+            # code is the library's, what it closes over is not.
+            return (
+                f"function({tag}:{name}, closure=({self.closure(fn)}), "
+                f"defaults={self(fn.__defaults__)}, "
+                f"kwdefaults={self(fn.__kwdefaults__)}, "
+                f"dict={self.dict_(_function_attributes(fn))})"
+            )
+        info = _code_info(fn.__code__)
+        parts = [
+            name,
+            f"code={info.text}",
+            f"closure=({self.closure(fn, info)})",
+            f"defaults={self(fn.__defaults__)}",
+            f"kwdefaults={self(fn.__kwdefaults__)}",
+            f"globals={{{self.globals_(globals_, info)}}}",
+        ]
+        if info.imports:
+            parts.append(f"imports=[{self.imports(fn, info)}]")
+        attributes = _function_attributes(fn)
+        if attributes:
+            parts.append(f"dict={self.dict_(attributes)}")
+        return f"function({', '.join(parts)})"
+
+    def closure(self, fn: types.FunctionType, info: _CodeInfo | None = None) -> str:
+        cells = []
+        for cell in fn.__closure__ or ():
+            try:
+                content = cell.cell_contents
+            except ValueError:
+                cells.append("<empty>")
+                continue
+            if info is not None and isinstance(content, types.ModuleType):
+                cells.append(self.module(content, self.attributes_read(info)))
+            else:
+                cells.append(self(content))
+        return ", ".join(cells)
+
+    def attributes_read(self, info: _CodeInfo) -> frozenset[str] | None:
+        """Which attributes of a user module the code may read (None: any)."""
+        return None if info.names & _DYNAMIC_ATTRIBUTES else info.attributes
+
+    def globals_(self, globals_: dict, info: _CodeInfo) -> str:
+        builtins = globals_.get("__builtins__", {})
+        if isinstance(builtins, types.ModuleType):
+            builtins = vars(builtins)
+        parts = []
+        for name in sorted(info.names):
+            if name in globals_:
+                value = globals_[name]
+                if isinstance(value, types.ModuleType):
+                    self.check_dynamic_module(value, info)
+                    text = self.module(value, self.attributes_read(info))
+                else:
+                    text = self(value)
+                parts.append(f"{name}={text}")
+            elif name in _DYNAMIC_BUILTINS and name in builtins:
+                self.fail(builtins[name], f"code calling {name}()")
+        return ", ".join(parts)
+
+    def check_dynamic_module(self, module: types.ModuleType, info: _CodeInfo) -> None:
+        if (module is sys and "modules" in info.names) or (
+            module.__name__ == "importlib" and "import_module" in info.names
+        ):
+            self.fail(module, "code looking modules up by name")
+
+    def imports(self, fn: types.FunctionType, info: _CodeInfo) -> str:
+        """The modules a function imports in its body (``import helpers`` inside it)."""
+        package = fn.__globals__.get("__package__") or ""
+        parts = []
+        for name, level in info.imports:
+            try:
+                absolute = importlib.util.resolve_name("." * level + name, package)
+            except (ImportError, ValueError):
+                absolute = name
+            for module_name in _with_parents(absolute):
+                module = sys.modules.get(module_name)
+                if module is None:
+                    kind = module_kind(module_name)
+                    if kind[0] == "user":
+                        self.fail(name, "a local import of a module not imported yet")
+                    parts.append(f"{module_name}={_kind_tag(kind)}")
+                else:
+                    parts.append(
+                        f"{module_name}={self.module(module, self.attributes_read(info))}"
+                    )
+        return ", ".join(parts)
+
+    def method(self, value: types.MethodType) -> str:
+        return f"method({self(value.__self__)}, {self(value.__func__)})"
+
+    def builtin(self, value: types.BuiltinFunctionType) -> str:
+        owner = getattr(value, "__self__", None)
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            return f"bound({self(owner)}.{value.__name__})"
+        module = getattr(value, "__module__", None) or getattr(owner, "__name__", None)
+        kind = module_kind(module)
+        if kind[0] == "user":
+            return self.fail(value, "a function of a user's C extension")
+        return f"builtin({_kind_tag(kind)}:{module}.{value.__qualname__})"
+
+    def descriptor(self, value: Any) -> str:
+        owner = getattr(value, "__self__", None)
+        if owner is not None and not isinstance(owner, type | types.ModuleType):
+            return f"bound({self(owner)}.{value.__name__})"
+        objclass = getattr(value, "__objclass__", None) or owner
+        return f"descriptor({self(objclass)}.{value.__name__})"
+
+    def partial(self, value: functools.partial) -> str:
+        return (
+            f"partial({self(type(value))}, {self(value.func)}, "
+            f"({self.items(value.args)}), {self.dict_(value.keywords)}"
+            f"{self.state(value)})"
+        )
+
+    def wrapped_method(self, value: classmethod | staticmethod) -> str:
+        return f"{type(value).__name__}({self(value.__func__)})"
+
+    def property_(self, value: property) -> str:
+        return f"property({self(value.fget)}, {self(value.fset)}, {self(value.fdel)})"
+
+    def code(self, value: types.CodeType) -> str:
+        return f"code:{_code_info(value).text}"
+
+    # --------------------------------------------------------------- modules
+    def module(
+        self, module: types.ModuleType, attributes: frozenset[str] | None = None
+    ) -> str:
+        """A module: library and stdlib ones by name, a user's by the attributes read."""
+        kind = module_kind(module.__name__)
+        if kind[0] != "user":
+            return f"module({_kind_tag(kind)}:{module.__name__})"
+        file = getattr(module, "__file__", None) or ""
+        if file and not file.endswith(_SOURCE_SUFFIXES):
+            return self.fail(module, "a user's C extension module")
+        key = (id(module), attributes)
+        if key in self.modules:  # an import cycle
+            return f"module({module.__name__}, ...)"
+        self.modules.add(key)
+        self.keep.append(module)
+        try:
+            namespace = vars(module)
+            if attributes is None:
+                names = sorted(
+                    n
+                    for n in namespace
+                    if n not in _MODULE_MACHINERY
+                    and not (n.startswith("__") and n != "__getattr__")
+                )
+            else:
+                names = sorted(
+                    n for n in (attributes | {"__getattr__"}) if n in namespace
+                )
+            parts = []
+            for name in names:
+                value = namespace[name]
+                if isinstance(value, types.ModuleType):
+                    parts.append(f"{name}={self.module(value, attributes)}")
+                else:
+                    parts.append(f"{name}={self(value)}")
+            return f"module({module.__name__}, {{{', '.join(parts)}}})"
+        finally:
+            self.modules.discard(key)
+
+    # --------------------------------------------------------------- classes
+    def class_(self, cls: type) -> str:
+        kind = module_kind(getattr(cls, "__module__", None))
+        if kind[0] != "user" and "<locals>" not in cls.__qualname__:
+            return _library_class(cls, kind)
+        if kind[0] == "user" and _is_c_class(cls):
+            return self.fail(cls, "a class of a user's C extension")
+        parts = [_qualified(cls)]
+        if type(cls) is not type:
+            parts.append(f"meta={self(type(cls))}")
+        parts.append(f"bases=({self.items(cls.__bases__)})")
+        members = [
+            (name, value)
+            for name, value in vars(cls).items()
+            if name not in _CLASS_MACHINERY
+        ]
+        members.sort(key=lambda item: item[0])
+        parts.append(f"dict={{{self.named(members)}}}")
+        fields = vars(cls).get("__dataclass_fields__")
+        if fields is not None:
+            parts.append(f"fields=[{self.fields(fields)}]")
+        entry = _pytree_registration(cls)
+        if entry is not None:
+            parts.append(f"pytree={self(entry)}")
+        return f"class({', '.join(parts)})"
+
+    def fields(self, fields: dict) -> str:
+        """A dataclass's field definitions (their types are annotations: left out)."""
+        return ", ".join(
+            f"{name}:{getattr(f, '_field_type', None)!r}"
+            f"(default={self(f.default)}, factory={self(f.default_factory)}, "
+            f"init={f.init}, kw_only={f.kw_only}, compare={f.compare}, "
+            f"metadata={self.dict_(dict(f.metadata))})"
+            for name, f in fields.items()
+        )
+
+    # ------------------------------------------------------------- instances
+    def instance(self, value: Any) -> str:
+        cls = type(value)
+        if isinstance(value, enum.Enum):
+            return f"enum({self(cls)}, {value.name})"
+        if any(b in _VALUE_BASES and b is not object for b in cls.__mro__):
+            return self.subclass(value)
+        kind = module_kind(getattr(cls, "__module__", None))
+        if kind[0] == "project":
+            return self.project_instance(value)
+        if kind[0] == "user":
+            for base in cls.__mro__:
+                if _is_c_class(base):
+                    return self.fail(value, f"an instance of the C type {base}")
+            return f"{self(cls)}({self.state(value)[2:]})"
+        return self.library_instance(value, cls)
+
+    def project_instance(self, value: Any) -> str:
+        cls = type(value)
+        if dataclasses.is_dataclass(value):
+            # This project's inner functions: their identity is their compared
+            # fields; fields computed from others (init=False) are left out.
+            fields = [
+                (name, getattr(value, name))
+                for name, compare, init in _fields(cls)
+                if compare and init
+            ]
+            return f"{_qualified(cls)}({self.named(fields)})"
+        # Not a dataclass (the decorator's wrapper): its public attributes;
+        # private ones are caches.
+        state = sorted((k, v) for k, v in _state(value) if not k.startswith("_"))
+        return f"{_qualified(cls)}({self.named(state)})"
+
+    def library_instance(self, value: Any, cls: type) -> str:
+        header = self(cls)
+        named = _importable_name(value)
+        if named is not None:
+            return f"{header}:{named}"
+        if dataclasses.is_dataclass(value):
+            fields = [
+                (name, getattr(value, name, "<unset>")) for name, _, _ in _fields(cls)
+            ]
+            return f"{header}({self.named(fields)})"
+        wrapped = getattr(value, "__wrapped__", None)
+        jit_info = getattr(value, "_jit_info", None)
+        if jit_info is not None and wrapped is not None:
+            return self.jitted(header, wrapped, jit_info)
+        has_dict = hasattr(value, "__dict__")
+        if not any(_is_c_class(b) for b in cls.__mro__):
+            if has_dict or _slot_names(cls):
+                return f"{header}({self.state(value)[2:]})"
+        elif has_dict and wrapped is not None:
+            # A C wrapper of a Python function (functools.lru_cache): what it
+            # wraps is in its __dict__, its C state is bookkeeping.
+            return f"{header}({self.state(value)[2:]})"
+        pytree = self.pytree_node(value)
+        if pytree is not None:
+            return f"{header}{pytree}"
+        return self.reduced(value, header)
+
+    def jitted(self, header: str, wrapped: Any, info: Any) -> str:
+        """A ``jax.jit`` function: what it wraps, and its options."""
+        if isinstance(wrapped, types.FunctionType):
+            kind = module_kind(wrapped.__globals__.get("__name__"))
+            if kind[0] != "user" and "<locals>" not in wrapped.__qualname__:
+                return f"jit({self(wrapped)})"  # a library's own jitted function
+        options = info._replace(fun_sourceinfo=None, fun_signature=None)
+        return f"jit({self(wrapped)}, {self(options)})"
+
+    def pytree_node(self, value: Any) -> str | None:
+        try:
+            leaves, treedef = jax.tree_util.tree_flatten(
+                value, is_leaf=lambda x: x is not value
+            )
+        except Exception:
+            return None
+        if treedef.num_nodes == 1:  # a leaf: not a registered node
+            return None
+        return f"<pytree {self.treedef(treedef)}: ({self.items(leaves)})>"
+
+    def reduced(self, value: Any, header: str) -> str:
+        """What ``pickle`` would save: the last way to see an object's state."""
+        try:
+            reduced = value.__reduce_ex__(4)
+        except Exception:
+            return self.fail(value, "an object with opaque state")
+        if isinstance(reduced, str):  # a global, pickled by name
+            return f"{header}:{reduced}"
+        parts = list(reduced[:3])
+        for iterator in reduced[3:5]:
+            if iterator is not None:
+                parts.append(list(iterator))
+        return f"{header}<{self.items(parts)}>"
+
+    def state(self, value: Any) -> str:
+        """``, name=value...`` for an object's ``__dict__`` and slots."""
+        state = _state(value)
+        return "".join(f", {k}={self(v)}" for k, v in state)
+
+    # ------------------------------------------------------------- PyTensor
+    def op(self, op: Op) -> str:
+        if not self.strict and hasattr(op, "stable_key"):
+            return op.stable_key()
+        props = getattr(op, "__props__", None)
+        parts = [self(type(op))]
+        if props is None:
+            parts.append(self.state(op)[2:])
+        else:
+            parts.append(self.named((p, getattr(op, p)) for p in props))
+        fgraph = getattr(op, "fgraph", None)
+        if isinstance(fgraph, FunctionGraph):
+            parts.append(f"graph={self.fgraph(fgraph)}")
+            if hasattr(op, "static_inputs"):
+                parts.append(f"static_inputs={self(op.static_inputs)}")
+        return f"op({', '.join(parts)})"
+
+    def fgraph(self, fgraph: FunctionGraph) -> str:
+        position: dict[Variable, str] = {
+            v: f"in{i}" for i, v in enumerate(fgraph.inputs)
+        }
+        nodes = []
+        for k, node in enumerate(fgraph.toposort()):
+            sources = [position.get(x) or self(x) for x in node.inputs]
+            nodes.append(f"{self(node.op)}[{', '.join(sources)}]")
+            position.update({out: f"{k}.{j}" for j, out in enumerate(node.outputs)})
+        outputs = [position.get(out) or self(out) for out in fgraph.outputs]
+        inputs = self.items(x.type for x in fgraph.inputs)
+        return (
+            f"fgraph(inputs=[{inputs}], nodes=[{', '.join(nodes)}], outputs={outputs})"
+        )
+
+    def variable(self, variable: Variable) -> str:
+        if isinstance(variable, Constant):
+            return f"constant({self(variable.type)}, {self(variable.data)})"
+        return f"variable({self(variable.type)})"
+
+    def pytensor_type(self, value: Type) -> str:
+        props = getattr(value, "__props__", None)
+        if props is None:
+            return f"{self(type(value))}({self.state(value)[2:]})"
+        return (
+            f"{self(type(value))}({self.named((p, getattr(value, p)) for p in props)})"
+        )
+
+    # ------------------------------------------------------------ tree defs
+    def treedef(self, treedef: Any) -> str:
+        """A tree structure, node by node: node types and their auxiliary data.
+
+        Its ``str`` would show auxiliary data by ``repr``, which may be lossy or
+        show addresses; the structure itself describes it exactly.
+        """
+        data = treedef.node_data()
+        if data is None:
+            return "*"
+        node_type, aux = data
+        children = ", ".join(self.treedef(c) for c in treedef.children())
+        return f"{self(node_type)}[{self(aux)}]({children})"
+
+
+#: function attributes derived from the function (functools.wraps, inspect)
+_DERIVED_ATTRIBUTES = frozenset(
+    {"__signature__", "__annotations__", "__type_params__", "__doc__", "__source__"}
+)
+
+
+def _function_attributes(fn: types.FunctionType) -> dict[str, Any]:
+    return {k: v for k, v in vars(fn).items() if k not in _DERIVED_ATTRIBUTES}
+
+
+def _with_parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+_FIELDS: dict[type, tuple[tuple[str, bool, bool], ...]] = {}
+
+
+def _fields(cls: type) -> tuple[tuple[str, bool, bool], ...]:
+    """A dataclass's ``(name, compare, init)`` per field (fixed once it is made)."""
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = tuple((f.name, f.compare, f.init) for f in dataclasses.fields(cls))
+        _FIELDS[cls] = fields
+    return fields
+
+
+def _slot_names(cls: type) -> list[str]:
+    names = []
+    for klass in cls.__mro__:
+        slots = vars(klass).get("__slots__", ())
+        if isinstance(slots, str):
+            slots = (slots,)
+        names.extend(s for s in slots if s not in ("__dict__", "__weakref__"))
+    return names
+
+
+def _state(value: Any) -> list[tuple[str, Any]]:
+    state = list(getattr(value, "__dict__", {}).items())
+    state.sort(key=lambda item: item[0])
+    for name in _slot_names(type(value)):
+        if hasattr(value, name):
+            state.append((name, getattr(value, name)))
+    return state
+
+
+_LIBRARY_CLASSES: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
+
+
+def _library_class(cls: type, kind: Kind) -> str:
+    text = _LIBRARY_CLASSES.get(cls)
+    if text is None:
+        text = f"class({_kind_tag(kind)}:{_qualified(cls)})"
+        with contextlib.suppress(TypeError):  # not weakly referenceable
+            _LIBRARY_CLASSES[cls] = text
+    return text
+
+
+def _importable_name(value: Any) -> str | None:
+    """``module.qualname`` when ``value`` is that attribute of a library module.
+
+    A library's own module-level object (``numpy.sin``, ``jax.nn.relu``) is
+    what that library's version defines: its name describes it, as ``pickle``
+    would refer to it.
+    """
+    module_name = getattr(value, "__module__", None)
+    qualname = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    if not isinstance(module_name, str) or not isinstance(qualname, str):
+        return None
+    kind = module_kind(module_name)
+    module = sys.modules.get(module_name)
+    if kind[0] in ("user", "project") or module is None:
+        return None
+    target: Any = module
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            return None
+    return f"{module_name}.{qualname}" if target is value else None
+
+
+def _pytree_registration(cls: type) -> Any:
+    """The flatten/unflatten functions JAX holds for a user's pytree class."""
+    try:
+        from jax._src import tree_util
+
+        return tree_util._registry.get(cls)
+    except Exception:  # a JAX without that registry: the class alone
+        return None
+
+
+_EXACT: dict[type, Callable[[_Describer, Any], str]] = {
+    tuple: _Describer.tuple_,
+    list: _Describer.list_,
+    dict: _Describer.dict_,
+    set: _Describer.set_,
+    frozenset: _Describer.set_,
+    np.ndarray: _Describer.ndarray,
+    np.dtype: _Describer.dtype,
+    types.FunctionType: _Describer.function,
+    types.MethodType: _Describer.method,
+    types.BuiltinFunctionType: _Describer.builtin,
+    types.ModuleType: _Describer.module,
+    types.CodeType: _Describer.code,
+    type: _Describer.class_,
+    functools.partial: _Describer.partial,
+    classmethod: _Describer.wrapped_method,
+    staticmethod: _Describer.wrapped_method,
+    property: _Describer.property_,
+    types.MappingProxyType: lambda self, v: f"mappingproxy({self.dict_(dict(v))})",
+    range: lambda self, v: repr(v),
+    slice: lambda self, v: f"slice({self(v.start)}, {self(v.stop)}, {self(v.step)})",
+    jax.tree_util.PyTreeDef: _Describer.treedef,
+}
+
+_BY_SUBCLASS: list[tuple[tuple[type, ...], Callable[[_Describer, Any], str]]] = [
+    ((jax.Array, jax.core.Tracer), _Describer.jax_array),
+    ((np.ndarray,), _Describer.ndarray),
+    ((np.generic,), _Describer.scalar),
+    ((np.dtype,), _Describer.dtype),  # dtype subclasses (np.dtypes.Float64DType)
+    ((type,), _Describer.class_),
+    ((types.FunctionType,), _Describer.function),
+    ((types.ModuleType,), _Describer.module),
+    ((functools.partial,), _Describer.partial),
+    (
+        (
+            types.MethodDescriptorType,
+            types.WrapperDescriptorType,
+            types.MethodWrapperType,
+            types.ClassMethodDescriptorType,
+            types.GetSetDescriptorType,
+            types.MemberDescriptorType,
+        ),
+        _Describer.descriptor,
+    ),
+    ((classmethod, staticmethod), _Describer.wrapped_method),
+    ((property,), _Describer.property_),
+    ((Op,), _Describer.op),
+    ((Variable,), _Describer.variable),
+    ((Type,), _Describer.pytensor_type),
+    ((types.GeneratorType,), lambda self, v: self.fail(v, "a generator")),
+    (
+        (types.CoroutineType, types.AsyncGeneratorType, types.FrameType),
+        lambda self, v: self.fail(v, "running code"),
+    ),
+]
+
+_UNREFERENCED = (tuple, frozenset, np.dtype, np.generic, types.ModuleType)
+
+#: per type: how to describe its instances, and whether to refer back to one
+#: met again (immutable values are described again: sharing them is not
+#: observable, and they cannot form cycles on their own)
+_DISPATCH: dict[type, tuple[Callable[[_Describer, Any], str], bool]] = {}
+
+
+def _dispatch(cls: type) -> tuple[Callable[[_Describer, Any], str], bool]:
+    # By the MRO, not issubclass: an ABC's check walks all its subclasses.
+    mro = set(cls.__mro__)
+    method = _EXACT.get(cls)
+    if method is None:
+        method = next(
+            (m for kinds, m in _BY_SUBCLASS if not mro.isdisjoint(kinds)),
+            _Describer.instance,
+        )
+    referenced = mro.isdisjoint(_UNREFERENCED)
+    entry = _DISPATCH[cls] = (method, referenced)
+    return entry
+
+
+# --------------------------------------------------------------- environment
+#: JAX options that differ between runs for reasons that do not change a
+#: traced program: caches, logging, dumps, tracebacks and source locations
+#: (metadata only), distributed-runtime plumbing.
+_IRRELEVANT_CONFIG_PREFIXES = (
+    "jax_compilation_cache_",
+    "jax_persistent_cache_",
+    "jax_dump_ir_",
+    "jax_log",
+    "jax_mtls_",
+    "jax_cross_host_",
+    "jax_distributed_",
+    "jax_cpu_get_",
+    "jax_share_binary_",
+    "jax_pgle_",
+)
+_IRRELEVANT_CONFIG = frozenset(
+    {
+        "jax_enable_compilation_cache",
+        "jax_raise_persistent_cache_errors",
+        "jax_explain_cache_misses",
+        "jax_debug_log_modules",
+        "jax_pprint_use_color",
+        "jax_traceback_filtering",
+        "jax_traceback_in_locations_limit",
+        "jax_include_full_tracebacks_in_locations",
+        "jax_hlo_source_file_canonicalization_regex",
+        "jax_tracer_error_num_traceback_frames",
+        "jax_captured_constants_report_frames",
+        "jax_captured_constants_warn_bytes",
+        "jax_include_debug_info_in_dumps",
+        "jax_compiler_detailed_logging_min_ops",
+        "jax_send_traceback_to_runtime",
+        "jax_source_url_schema",
+        "jax_check_proxy_envs",
+        "jax_enable_pgle",
+        "jax_enable_preemption_service",
+        "jax_debug_leaked_clients_on_clear_backends",
+    }
+)
+_ENVIRONMENT_PREFIXES = ("JAX_", "EQX_")
+_ENVIRONMENT_NAMES = frozenset({"XLA_FLAGS"})
+
+#: Where this project's modules live, relative to the ``pytensor`` package.
+_PROJECT_GLOBS = (
+    ("compile", "jax_ofg*.py"),
+    ("link/*/dispatch", "jax_ofg*.py"),
+    ("tensor/rewriting", "jax_ofg*.py"),
+)
+
+
+def _relevant_config(name: str) -> bool:
+    return name not in _IRRELEVANT_CONFIG and not name.startswith(
+        _IRRELEVANT_CONFIG_PREFIXES
+    )
+
+
+def _relevant_variable(name: str) -> bool:
+    if name in _ENVIRONMENT_NAMES:
+        return True
+    if not name.startswith(_ENVIRONMENT_PREFIXES):
+        return False
+    return not name.startswith("JAX_") or _relevant_config(name.lower())
+
+
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
+    import jaxlib
+
+    import pytensor
+
+    return (
+        (
+            "python",
+            f"{platform.python_implementation()} {platform.python_version()} "
+            f"{sys.implementation.cache_tag}",
+        ),
+        ("jax", jax.__version__),
+        ("jaxlib", jaxlib.__version__),
+        ("pytensor", pytensor.__version__),
+        ("numpy", np.__version__),
+    )
+
+
+@functools.cache
+def _default_backend() -> str:
+    return jax.default_backend()
+
+
+_SOURCE_DIGESTS: dict[str, tuple[tuple[int, int], str]] = {}
+
+
+def _file_digest(path: str) -> str:
+    stat = os.stat(path)
+    signature = (stat.st_mtime_ns, stat.st_size)
+    cached = _SOURCE_DIGESTS.get(path)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    text = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:32]
+    _SOURCE_DIGESTS[path] = (signature, text)
+    return text
+
+
+def project_files() -> dict[str, str]:
+    """This project's modules, by name, with the files they are (or would be) imported from.
+
+    A module already imported counts by its own file; one not imported yet by
+    the first file along its package's ``__path__``, as an import would find.
+
+    >>> "pytensor.compile.jax_ofg_fingerprints" in project_files()
+    True
+    """
+    files = {}
+    for name, path in _project_candidates().items():
+        file = getattr(sys.modules.get(name), "__file__", None)
+        files[name] = file if file and file.endswith(".py") else path
+    return files
+
+
+@functools.cache
+def _project_candidates() -> dict[str, str]:
+    """The project's module files found along the package paths (looked up once)."""
+    import pytensor
+
+    files: dict[str, str] = {}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file and file.endswith(".py") and _PROJECT_MODULE.fullmatch(name):
+            files[name] = file
+    for folder, pattern in _PROJECT_GLOBS:
+        for package, folders in _packages(pytensor, folder).items():
+            for package_folder in folders:
+                for path in sorted(Path(package_folder).glob(pattern)):
+                    files.setdefault(f"{package}.{path.stem}", str(path))
+    return dict(sorted(files.items()))
+
+
+def _packages(pytensor: types.ModuleType, folder: str) -> dict[str, list[str]]:
+    """The packages matching ``folder`` (a glob), each with its folders in import order."""
+    packages: dict[str, list[str]] = {}
+    for root in pytensor.__path__:
+        for match in sorted(Path(root).glob(folder)):
+            package = "pytensor." + ".".join(match.relative_to(root).parts)
+            module = sys.modules.get(package)
+            paths = [str(p) for p in getattr(module, "__path__", None) or ()]
+            packages.setdefault(package, paths or [str(match)])
+    return packages
+
+
+def describe_environment() -> str:
+    """The readable form of :func:`environment_fingerprint`.
+
+    Calling it the first time initialises JAX's backends (for the default
+    platform): do it when a program is about to be compiled anyway.
+
+    >>> "jax_enable_x64=" in describe_environment()
+    True
+    """
+    parts = [f"{name}={version}" for name, version in _versions()]
+    parts.append(f"backend={_default_backend()}")
+    sources = ", ".join(
+        f"{name}:{_file_digest(path)}" for name, path in project_files().items()
+    )
+    parts.append(f"project=[{sources}]")
+    values = jax.config.values
+    # bools, numbers, strings, None and enums: repr is exact
+    parts.extend(f"{name}={values[name]!r}" for name in _relevant_options(len(values)))
+    parts.extend(f"${name}={value!r}" for name, value in _variables())
+    return "\n".join(parts)
+
+
+@functools.cache
+def _relevant_options(count: int) -> tuple[str, ...]:
+    # keyed by the number of options: plugins may define more later
+    return tuple(sorted(n for n in jax.config.values if _relevant_config(n)))
+
+
+@functools.cache
+def _variables() -> tuple[tuple[str, str], ...]:
+    # JAX, XLA and equinox read them when they start: later changes do not
+    # take effect, so the values at the first call are the ones in force.
+    return tuple(sorted((k, v) for k, v in os.environ.items() if _relevant_variable(k)))
+
+
+def environment_fingerprint() -> str:
+    """A digest of what every traced program depends on besides its function.
+
+    Python, jax, jaxlib, PyTensor and numpy versions; this project's source
+    (:func:`project_files`); the JAX options that change traced programs
+    (``jax_enable_x64``, ...: all but caches, logging and source locations);
+    the default backend platform; and the environment variables JAX, XLA and
+    equinox read (``JAX_*``, ``XLA_FLAGS``, ``EQX_*``). Versions, variables
+    and the backend are read once; options and source files (by size and
+    modification time) at every call.
+
+    >>> environment_fingerprint() == environment_fingerprint()
+    True
+    """
+    return digest(describe_environment())
