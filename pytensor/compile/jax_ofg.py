@@ -6,7 +6,9 @@
 * :class:`SymbolicCallable` is what a wrapped function returns for a callable;
 * :class:`ShapeInferenceError` is raised when output types cannot be traced;
 * :class:`JaxIsland` is the op the ``jax_islands`` rewrite groups a connected
-  JAX part of a graph into (:mod:`~pytensor.compile.jax_ofg_island_op`).
+  JAX part of a graph into (:mod:`~pytensor.compile.jax_ofg_island_op`);
+* :func:`runtime_error_counts` and :class:`WrappedFunctionRuntimeWarning` tell
+  of errors raised while wrapped functions ran (:mod:`~pytensor.compile.jax_ofg_errors`).
 
 Importing this module runs :func:`install` once: it is the one place where
 the package acts on the process (registrations with PyTensor, JAX settings,
@@ -20,15 +22,17 @@ layer                     modules (``pytensor/compile/`` unless noted)
 ========================  ===============================================
 base                      ``jax_ofg_lru`` (bounded memos), ``jax_ofg_errors``
                           (where an error came from), ``jax_ofg_fork`` (fork
-                          guard), ``jax_ofg_keys`` (stable descriptions),
-                          ``jax_ofg_xla_cache`` (JAX's persistent cache)
+                          guard), ``jax_ofg_fingerprints`` (content keys),
+                          ``jax_ofg_xla_cache`` (JAX's persistent cache),
+                          ``jax_ofg_trace_cache`` (traces on disk)
 inner functions, shapes   ``jax_ofg_functions`` (pytree function over flat
                           arrays), ``jax_ofg_packing`` (one buffer per
                           dtype), ``jax_ofg_shapes`` (output types by
                           tracing), ``jax_ofg_dims`` (what PyTensor knows of
                           input dims), ``jax_ofg_transforms`` (vjp, jvp,
                           vmap, residuals, shared pullbacks)
-host calls                ``jax_ofg_host`` (``JaxHostOp``: jitted program on
+host calls                ``jax_ofg_programs`` (jit through the trace cache),
+                          ``jax_ofg_host`` (``JaxHostOp``: jitted program on
                           host arrays)
 the op                    ``jax_ofg_op`` (``OpFromJax`` and its factory of
                           derived ops)
@@ -47,6 +51,7 @@ facade                    this module
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
@@ -60,11 +65,23 @@ except ImportError as _error:  # pragma: no cover - exercised in a subprocess te
         "which depends on it)."
     ) from _error
 
-from pytensor.compile import jax_ofg_fork, jax_ofg_processes, jax_ofg_xla_cache
+from pytensor.compile import (
+    jax_ofg_fork,
+    jax_ofg_processes,
+    jax_ofg_trace_cache,
+    jax_ofg_xla_cache,
+)
+from pytensor.compile.jax_ofg_errors import (
+    CALLBACK_LOGGER,
+    MuteCallbackLogs,
+    WrappedFunctionRuntimeWarning,
+    runtime_error_counts,
+)
 from pytensor.compile.jax_ofg_host import JaxHostOp
 from pytensor.compile.jax_ofg_island_op import JaxIsland, JaxIslandFallbackWarning
 from pytensor.compile.jax_ofg_op import OpFromJax
 from pytensor.compile.jax_ofg_shapes import ShapeInferenceError
+from pytensor.compile.jax_ofg_trace_cache import clear_trace_cache, trace_cache_info
 from pytensor.compile.jax_ofg_wrapper import SymbolicCallable, as_jax_op, not_a_tensor
 from pytensor.compile.mode import optdb
 from pytensor.graph.replace import _vectorize_node
@@ -92,8 +109,12 @@ __all__ = [
     "OpFromJax",
     "ShapeInferenceError",
     "SymbolicCallable",
+    "WrappedFunctionRuntimeWarning",
     "as_jax_op",
+    "clear_trace_cache",
     "install",
+    "runtime_error_counts",
+    "trace_cache_info",
 ]
 
 _installed = False
@@ -124,8 +145,13 @@ def install() -> None:
        started refuse to run JAX (instead of deadlocking); PyMC's choice of
        start method for models holding JAX ops; the fork check of functions
        compiled with ``mode="JAX"``.
-    6. **Start-up**: the PyTensor flag ``jax_ofg__xla_cache`` and JAX's
-       persistent compilation cache under PyTensor's ``compiledir``.
+    6. **Start-up**: the PyTensor flags ``jax_ofg__xla_cache`` (JAX's
+       persistent compilation cache under PyTensor's ``compiledir``) and
+       ``jax_ofg__trace_cache`` (traces kept on disk, next to it:
+       :mod:`~pytensor.compile.jax_ofg_trace_cache`).
+    7. **Errors**: JAX's log of a failed callback is dropped when the error
+       comes out of one of our calls, which names the function itself
+       (:class:`~pytensor.compile.jax_ofg_errors.MuteCallbackLogs`).
 
     Calling it again does nothing.
     """
@@ -158,6 +184,9 @@ def install() -> None:
 
         jax_ofg_xla_cache.add_config_flag()
         jax_ofg_xla_cache.configure_xla_cache()
+        jax_ofg_trace_cache.add_config_flag()
+
+        logging.getLogger(CALLBACK_LOGGER).addFilter(MuteCallbackLogs())
 
 
 def _register_rewrites() -> None:

@@ -40,6 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from pytensor import config
 from pytensor.compile.maker import function
 from pytensor.compile.mode import Mode
@@ -146,7 +148,7 @@ def is_computable(graph: Variable) -> bool:
     """Whether ``graph`` is cheap integer arithmetic on constants and shared data.
 
     Its inputs must be constants or shared tensors (not random generators),
-    and every value it computes an integer of at most one dim; a larger
+    and every value it computes an integer (or boolean) of at most one dim; a larger
     input may only have its shape read. So evaluating it never runs the
     model, a random draw or a wrapped function.
     """
@@ -164,28 +166,47 @@ def is_computable(graph: Variable) -> bool:
     return True
 
 
+def is_fixed(variable: Variable) -> bool:
+    """Whether ``variable`` is a small integer (or boolean) computable now.
+
+    A length or a check of lengths, of at most one dim, computed from
+    constants and shared variables alone (:func:`is_computable`): it changes
+    only when the user sets it (``pm.set_data``, ``model.set_dim``).
+
+    >>> import pytensor
+    >>> import pytensor.tensor as pt
+    >>> n = pytensor.shared(np.int64(4))
+    >>> is_fixed(n * 2), is_fixed(pt.eq(n, 4)), is_fixed(pt.lscalar() + n)
+    (True, True, False)
+    """
+    return _small_integer(variable) and is_computable(variable)
+
+
 def _small_integer(variable: Variable) -> bool:
-    """An integer tensor or scalar (a Subtensor index) of at most one dim."""
+    """An integer (or boolean) tensor or scalar (a Subtensor index) of at most one dim."""
     dtype = getattr(variable.type, "dtype", "")
     ndim = getattr(variable.type, "ndim", None)
     return (
         isinstance(dtype, str)
-        and dtype.startswith(("int", "uint"))
+        and (dtype.startswith(("int", "uint")) or dtype == "bool")
         and ndim is not None
         and ndim <= 1
     )
 
 
-def evaluate_lengths(graphs: Sequence[Variable]) -> list[int]:
+def evaluate_values(graphs: Sequence[Variable]) -> list[np.ndarray]:
     """The current values of small integer graphs (see :func:`is_computable`).
 
     Compiled without rewrites and run in Python: cheap for a few integer
     operations, and nothing else is in these graphs.
     """
-    evaluate = function(
-        [], list(graphs), mode=Mode(linker="py", optimizer=None)
-    )
-    return [int(value) for value in evaluate()]
+    evaluate = function([], list(graphs), mode=Mode(linker="py", optimizer=None))
+    return [np.asarray(value) for value in evaluate()]
+
+
+def evaluate_lengths(graphs: Sequence[Variable]) -> list[int]:
+    """The current values of integer scalar graphs (see :func:`evaluate_values`)."""
+    return [int(value) for value in evaluate_values(graphs)]
 
 
 def _pymc_dims(variable: Variable) -> tuple | None:

@@ -1,19 +1,31 @@
-"""Where an error raised by JAX code of this package came from.
+"""Errors raised by JAX code of this package: where they came from, and saying so.
 
-An error passing through one of this package's ops gets a note naming the op
-(what the user reads) and a marker saying at which stage it was raised (what
-code decides on). A JAX island falls back to PyTensor only for an error raised
-while JAX traced *its own lowering*: never for a wrapped function's error, an
-XLA runtime error or a bad input (see
-:meth:`~pytensor.compile.jax_ofg_island_op.JaxIsland.host_function`).
+* **Stages**: an error raised while JAX traces gets a note naming the op and a
+  marker saying at which stage it was raised (:func:`mark`, what code decides
+  on). A JAX island falls back to PyTensor only for an error raised while JAX
+  traced *its own lowering*: never for a wrapped function's error, an XLA
+  runtime error or a bad input (see
+  :meth:`~pytensor.compile.jax_ofg_island_op.JaxIsland.host_function`).
+* **Errors while a program runs** (equinox's checks, diffrax's ``throw=True``,
+  a callback): :func:`report` puts the op and its wrapped functions at the
+  start of the error's message, with what to do, so every sampler shows it;
+  warns once per op and process (a caller such as nutpie may turn the error
+  into a silent rejection); and counts them (:func:`runtime_error_counts`).
 
-Registers nothing.
+Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds
+:class:`MuteCallbackLogs` to JAX's callback logger.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import logging
+import re
+import sys
+import threading
+import warnings
+from collections.abc import Sequence
 
 
 class RaisedWhile(enum.Enum):
@@ -56,3 +68,154 @@ def mark(error: BaseException, stage: RaisedWhile, note: str) -> None:
 def raised_while(error: BaseException) -> RaisedWhile | None:
     """The stage :func:`mark` recorded on ``error``, if any."""
     return getattr(error, _MARK, None)
+
+
+# ------------------------------------------------------------ run-time errors
+class WrappedFunctionRuntimeWarning(UserWarning):
+    """A wrapped JAX function raised while its program ran (shown once per op).
+
+    A caller may turn the error into a rejection (nutpie does: a divergence),
+    so the sampler would never say so; this warning does, for the first error
+    of each op in a process. :func:`runtime_error_counts` counts them all.
+    """
+
+
+#: Appended to the message of every error raised while an op's program runs.
+ADVICE = (
+    "If such inputs should simply be rejected by the sampler (a solve that "
+    "fails for extreme parameters), make the function return NaN instead of "
+    "raising: diffrax.diffeqsolve(..., throw=False) (or a larger `max_steps`), "
+    "EQX_ON_ERROR=nan for equinox checks. An exception stops PyMC's sampler; "
+    "nutpie turns it into a rejected proposal (a divergence), so the posterior "
+    "silently excludes the region where the function raises."
+)
+
+_PREFIX = "[pytensor-jax-ofg] "
+_COUNTS: dict[str, int] = {}
+_COUNTS_LOCK = threading.Lock()
+
+
+def runtime_error_counts() -> dict[str, int]:
+    """How many calls of each op (or ``mode="JAX"`` program) raised in this process.
+
+    Keys are the ops as printed (``JaxIsland{shift, vjp(shift), +15 PyTensor
+    nodes}``). A sampler that turns errors into rejections (nutpie) shows
+    them nowhere else.
+    """
+    with _COUNTS_LOCK:
+        return dict(_COUNTS)
+
+
+def report(
+    error: BaseException, what: str, functions: Sequence[str], hint: str = ""
+) -> None:
+    """Name ``what`` ran (the wrapped ``functions``) in ``error``'s message; count it.
+
+    Called where an error leaves an op's program (never on the fast path).
+    The message itself says it, not only a note: PyMC's worker errors and
+    PyTensor's ``exception_verbosity`` keep only ``str(error)``. The type is
+    kept (JAX raises ``ValueError`` or ``JaxRuntimeError`` depending on its
+    dispatch path). The first error of each op in a process also gives a
+    :class:`WrappedFunctionRuntimeWarning`. An error of the island's own
+    tracing (which makes it fall back to PyTensor) is left alone.
+
+    ``hint`` (a sentence with a leading space) says more about the op, e.g.
+    the lengths its types were traced at. Never raises: under nutpie an
+    error here would be swallowed with the original one.
+    """
+    if raised_while(error) is RaisedWhile.TRACING_ISLAND:
+        return
+    try:
+        if getattr(error, _REPORTED, False):
+            return  # an inner op named itself already
+        setattr(error, _REPORTED, True)
+        with _COUNTS_LOCK:
+            count = _COUNTS[what] = _COUNTS.get(what, 0) + 1
+        core = core_message(str(error))
+        names = ", ".join(functions)
+        line = f"{_PREFIX}{what} raised (wrapped: {names}): {core}.{hint} {ADVICE}"
+        _put_in_message(error, line)
+        if count == 1:
+            warnings.warn(
+                f"{what} raised {type(error).__name__}: {core}. If the caller "
+                "catches it (nutpie rejects the proposal), nothing else shows "
+                "it; later errors of it in this process are only counted: "
+                "pytensor.compile.jax_ofg.runtime_error_counts(). " + ADVICE,
+                WrappedFunctionRuntimeWarning,
+                stacklevel=2,
+            )
+    except Exception:  # e.g. a warnings filter "error"; the count remains
+        pass
+
+
+_REPORTED = "_jax_ofg_reported"
+
+
+def _put_in_message(error: BaseException, line: str) -> None:
+    """Put ``line`` at the start of ``error``'s message, in place."""
+    if error.args and isinstance(error.args[0], str):
+        error.args = (f"{line}\n\n{error.args[0]}", *error.args[1:])
+    if line not in str(error) and isinstance(
+        getattr(error, "_error_message", None), str
+    ):
+        error._error_message = f"{line}\n\n{error._error_message}"  # JaxRuntimeError
+    if line not in str(error):
+        add_note_once(error, line)
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Warning)\b.*?: (.+)$")
+
+
+def core_message(text: str) -> str:
+    """What an error says, without JAX's callback wrapping.
+
+    A callback's error (equinox's checks, diffrax's ``throw=True``) comes as
+    ``INTERNAL: CpuCallback error calling callback: Traceback ...`` followed
+    by the traceback and equinox's advice; the line that matters is the
+    exception's own.
+
+    >>> core_message("INTERNAL: CpuCallback error calling callback: Traceback "
+    ...     "(most recent call last):\\n  File ...\\n_EquinoxRuntimeError: "
+    ...     "solver blew up\\n\\n----\\nAn error occurred")
+    'solver blew up'
+    >>> core_message("x must be positive\\nmore")
+    'x must be positive'
+    """
+    lines = text.strip().splitlines() or [""]
+    if "Traceback (most recent call last)" in text:
+        for line in reversed(lines):
+            match = _EXCEPTION_LINE.match(line)
+            if match:
+                return match[1].strip()
+    return lines[0].strip()
+
+
+class MuteCallbackLogs(logging.Filter):
+    """Drops JAX's log record of a failed callback raised under one of our calls.
+
+    JAX logs ``jax.pure_callback failed`` with a whole traceback at every
+    failing call (equinox's checks are callbacks): hundreds under nutpie,
+    which rejects each. Raised under one of this package's calls, the error
+    itself names the function (:func:`report`), and the first one warns. The
+    filter runs only when JAX emits a record: nothing per call.
+    """
+
+    #: ``(module, function)`` of the frames that call compiled programs.
+    CALLERS = frozenset(
+        {
+            ("pytensor.compile.jax_ofg_host", "program"),
+            ("pytensor.compile.jax_ofg_processes", "__call__"),
+        }
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        frame = sys._getframe()
+        while frame is not None:
+            if (frame.f_globals.get("__name__"), frame.f_code.co_name) in self.CALLERS:
+                return False
+            frame = frame.f_back
+        return True
+
+
+#: The logger JAX reports failed callbacks to.
+CALLBACK_LOGGER = "jax._src.callback"

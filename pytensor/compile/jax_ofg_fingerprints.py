@@ -110,7 +110,7 @@ import jax
 import numpy as np
 
 from pytensor.graph.basic import Constant, Variable
-from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.fg import AbstractFunctionGraph
 from pytensor.graph.op import Op
 from pytensor.graph.type import Type
 
@@ -558,14 +558,25 @@ def _kind_tag(kind: Kind) -> str:
 
 
 class _Describer:
-    """One description: remembers what it described, to refer back to it."""
+    """One description: refers back to what it is describing (a cycle).
 
-    __slots__ = ("keep", "modules", "seen", "strict")
+    The text depends on values only, never on which of them are the same
+    object: equal values sharing objects differently (a type PyTensor
+    interns, a list held twice) describe alike. A value met again is
+    described again -- from a memo of finished descriptions -- and only a
+    value met *while it is being described* (a recursive function holding
+    itself) is a back-reference, ``@depth``, to that enclosing description.
+    """
+
+    __slots__ = ("active", "done", "keep", "modules", "strict")
 
     def __init__(self, strict: bool):
         self.strict = strict
-        self.seen: dict[int, int] = {}
-        #: what ``seen`` refers to, kept alive so that no id is reused
+        #: ids of the values being described, by depth
+        self.active: dict[int, int] = {}
+        #: finished descriptions by id (those that refer to no enclosing one)
+        self.done: dict[int, str] = {}
+        #: what ``done`` refers to, kept alive so that no id is reused
         self.keep: list[Any] = []
         #: (module id, names) being described, to cut import cycles
         self.modules: set[tuple[int, frozenset[str] | None]] = set()
@@ -578,13 +589,24 @@ class _Describer:
             return atom(value)
         entry = _DISPATCH.get(cls) or _dispatch(cls)
         method, referenced = entry
-        if referenced:
-            index = self.seen.get(id(value))
-            if index is not None:
-                return f"@{index}"
-            self.seen[id(value)] = len(self.keep)
+        if not referenced:
+            return method(self, value)
+        key = id(value)
+        text = self.done.get(key)
+        if text is not None:
+            return text
+        depth = self.active.get(key)
+        if depth is not None:
+            return f"@{depth}"
+        self.active[key] = len(self.active)
+        try:
+            text = method(self, value)
+        finally:
+            del self.active[key]
+        if "@" not in text:  # else it depends on where it stands
+            self.done[key] = text
             self.keep.append(value)
-        return method(self, value)
+        return text
 
     def fail(self, value: Any, why: str) -> str:
         if self.strict:
@@ -975,22 +997,21 @@ class _Describer:
 
     # ------------------------------------------------------------- PyTensor
     def op(self, op: Op) -> str:
-        if not self.strict and hasattr(op, "stable_key"):
-            return op.stable_key()
         props = getattr(op, "__props__", None)
-        parts = [self(type(op))]
-        if props is None:
-            parts.append(self.state(op)[2:])
-        else:
-            parts.append(self.named((p, getattr(op, p)) for p in props))
         fgraph = getattr(op, "fgraph", None)
-        if isinstance(fgraph, FunctionGraph):
+        parts = [self(type(op))]
+        if props is not None:
+            parts.append(self.named((p, getattr(op, p)) for p in props))
+        elif not isinstance(fgraph, AbstractFunctionGraph):
+            parts.append(self.state(op)[2:])
+        # An inner-graph op (OpFromGraph, JaxIsland) computes its graph.
+        if isinstance(fgraph, AbstractFunctionGraph):
             parts.append(f"graph={self.fgraph(fgraph)}")
             if hasattr(op, "static_inputs"):
                 parts.append(f"static_inputs={self(op.static_inputs)}")
         return f"op({', '.join(parts)})"
 
-    def fgraph(self, fgraph: FunctionGraph) -> str:
+    def fgraph(self, fgraph: AbstractFunctionGraph) -> str:
         position: dict[Variable, str] = {
             v: f"in{i}" for i, v in enumerate(fgraph.inputs)
         }

@@ -22,9 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from pytensor.compile import jax_ofg_fork
-from pytensor.compile.jax_ofg_errors import add_note_once
+from pytensor.compile.jax_ofg_errors import report, runtime_error_counts
+from pytensor.compile.jax_ofg_fingerprints import fingerprint
 from pytensor.compile.jax_ofg_lru import BoundedCache
 from pytensor.compile.jax_ofg_packing import DtypePacking, Plan
+from pytensor.compile.jax_ofg_programs import jit_through_trace_cache
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import HasMultipleInnerGraph, is_thunk_type
 from pytensor.graph.traversal import apply_ancestors
@@ -37,27 +39,48 @@ JITTED = BoundedCache(64)
 HostFunction = Callable[..., list[np.ndarray]]
 
 
+def static_value(x: Any) -> int | tuple[int, ...]:
+    """A static input as ``jax.jit`` takes it: a Python integer, or a tuple of them.
+
+    >>> static_value(np.array(3)), static_value(np.array([2, 5]))
+    (3, (2, 5))
+    """
+    if np.ndim(x) == 0:
+        return int(x)
+    return tuple(int(v) for v in np.ravel(x))
+
+
 class JaxHostOp:
     """Mixin for ops computed by one jitted JAX function, called from the host.
 
     Subclasses define :meth:`jax_callable` (flat arrays in, tuple of arrays
-    out) and :meth:`error_note`; this gives them ``perform``, a lean
+    out) and :meth:`wrapped_function_names`; this gives them ``perform``, a lean
     ``make_py_thunk`` and the host function the Numba dispatch calls.
     """
 
     output_types: Sequence[TensorType]
 
-    #: Positions of inputs passed to ``jax.jit`` as static Python integers
-    #: (lengths the XLA program needs as constants; a new value retraces).
+    #: Positions of inputs passed to ``jax.jit`` as static Python integers, or
+    #: tuples of them (lengths the XLA program needs as constants; a new value
+    #: retraces). See :func:`static_value`.
     static_inputs: tuple[int, ...] = ()
 
     def jax_callable(self) -> Callable[..., tuple]:
         """The JAX function of the op's inputs, returning a tuple of outputs."""
         raise NotImplementedError
 
-    def error_note(self) -> str:
-        """Added to errors raised while the op runs, naming it."""
-        return f"Raised by {self}."
+    def wrapped_function_names(self) -> list[str]:
+        """The wrapped JAX functions the op runs, for error messages."""
+        return [str(self)]
+
+    def error_hint(self) -> str:
+        """More for error messages about the op (a sentence with a leading space)."""
+        return ""
+
+    @property
+    def runtime_errors(self) -> int:
+        """How many calls of this op (and of ops equal to it) raised in this process."""
+        return runtime_error_counts().get(str(self), 0)
 
     @property
     def jitted(self) -> Callable:
@@ -67,7 +90,10 @@ class JaxHostOp:
         every op they have seen, and a jitted function holds its compiled
         executables. Compiled PyTensor functions hold their own reference.
         """
-        return JITTED.get(self, lambda: jax.jit(self.jax_callable()))
+        op_print = fingerprint(self)
+        if op_print is None:
+            return jax.jit(self.jax_callable())
+        return JITTED.get((self, op_print), lambda: jax.jit(self.jax_callable()))
 
     @property
     def packing(self) -> DtypePacking:
@@ -90,22 +116,33 @@ class JaxHostOp:
                 return packing.pack(outputs)
 
             static = self.static_inputs
-            jitted = jax.jit(packed, static_argnums=static)
+            jitted = jit_through_trace_cache(
+                packed, static, op_print, self._signature, traced_shapes
+            )
             if not static:
                 return jitted, traced_shapes
 
             def with_static_integers(*inputs):
                 return jitted(
-                    *(int(x) if i in static else x for i, x in enumerate(inputs))
+                    *(
+                        static_value(x) if i in static else x
+                        for i, x in enumerate(inputs)
+                    )
                 )
 
             return with_static_integers, traced_shapes
 
-        return JITTED.get((self, "packed"), build)
+        # Keyed by what the program depends on: a global the wrapped function
+        # reads, edited since, makes another program. An undescribable one
+        # is traced again for every compiled function (never stale).
+        op_print = fingerprint(self)
+        if op_print is None:
+            return build()
+        return JITTED.get((self, "packed", op_print), build)
 
     def _output_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
         """The output shapes for ``inputs``, by an abstract trace."""
-        static = {i: int(inputs[i]) for i in self.static_inputs}
+        static = {i: static_value(inputs[i]) for i in self.static_inputs}
         fn = self.jax_callable()
 
         def with_statics(*traced):
@@ -124,17 +161,18 @@ class JaxHostOp:
         """What the output shapes depend on: input shapes, static input values."""
         return (
             tuple(jnp.shape(x) for x in inputs),
-            tuple(int(inputs[i]) for i in self.static_inputs),
+            tuple(static_value(inputs[i]) for i in self.static_inputs),
         )
 
     def _program(self, packed: Callable) -> Callable[..., list[np.ndarray]]:
         """``packed`` on host arrays, returning its buffers as (read-only) NumPy arrays.
 
         The one place a host call enters JAX: it refuses to run in a process
-        forked after JAX started (JAX would deadlock), and notes this op on
-        any error (XLA's runtime errors surface when a buffer is read).
+        forked after JAX started (JAX would deadlock), and names this op and
+        its wrapped functions in any error (XLA's runtime errors surface when
+        a buffer is read; see :func:`~pytensor.compile.jax_ofg_errors.report`).
         """
-        what, note = str(self), self.error_note()
+        what = str(self)
 
         def program(*inputs: np.ndarray) -> list[np.ndarray]:
             if jax_ofg_fork.forked_after_jax_started:
@@ -142,10 +180,31 @@ class JaxHostOp:
             try:
                 return [np.asarray(b) for b in packed(*inputs)]
             except Exception as error:
-                add_note_once(error, note)
+                report(error, what, self.wrapped_function_names(), self.error_hint())
                 raise
 
         return program
+
+    def _shapes_of_outputs(self, traced_shapes: dict) -> Callable[..., tuple]:
+        """The output shapes for some inputs, from the trace that served them."""
+        static = tuple(tuple(t.shape) for t in self.output_types)
+        if not any(None in shape for shape in static):
+            return lambda *inputs: static
+        seen: dict[tuple, tuple] = {}
+
+        def output_shapes(*inputs: Any) -> tuple:
+            key = self._signature(inputs)
+            if jax.config.jax_disable_jit:  # ran eagerly just now: other shapes
+                return traced_shapes[key]
+            shapes = seen.get(key)
+            if shapes is None:
+                shapes = traced_shapes.get(key)
+                if shapes is None:  # not traced through `packed` (never seen)
+                    shapes = self._output_shapes(inputs)
+                seen[key] = shapes
+            return shapes
+
+        return output_shapes
 
     def host_function(self, writable: Sequence[bool] | None = None) -> HostFunction:
         """The jitted function on host arrays (thunks hold it for their lifetime).
@@ -161,12 +220,9 @@ class JaxHostOp:
         program, packing = self._program(packed), self.packing
         dtypes = [t.dtype for t in self.output_types]
         copied = tuple(writable) if writable is not None else (True,) * len(dtypes)
-        static_shapes = [t.shape for t in self.output_types]
-        static_plan = (
-            None
-            if any(None in shape for shape in static_shapes)
-            else packing.plan(static_shapes, dtypes)
-        )
+        output_shapes = self._shapes_of_outputs(traced_shapes)
+        static = all(None not in t.shape for t in self.output_types)
+        static_plan = packing.plan(output_shapes(), dtypes) if static else None
         if static_plan is not None and len(static_plan) == 1:
             # One output of static shape: the common case, kept lean.
             ((_, _, _, shape),), (copy,) = static_plan, copied
@@ -181,15 +237,10 @@ class JaxHostOp:
         plans: dict[tuple, Plan] = {}
 
         def plan_for(inputs: Sequence[Any]) -> Plan:
-            key = self._signature(inputs)
-            if jax.config.jax_disable_jit:  # ran eagerly just now: other shapes
-                return packing.plan(traced_shapes[key], dtypes)
-            plan = plans.get(key)
+            shapes = output_shapes(*inputs)
+            plan = plans.get(shapes)
             if plan is None:
-                shapes = traced_shapes.get(key)
-                if shapes is None:  # not traced through `packed` (never seen)
-                    shapes = self._output_shapes(inputs)
-                plan = plans[key] = packing.plan(shapes, dtypes)
+                plan = plans[shapes] = packing.plan(shapes, dtypes)
             return plan
 
         def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
@@ -204,9 +255,35 @@ class JaxHostOp:
 
         return host_call
 
+    def buffers_function(self) -> Callable[..., tuple]:
+        """The jitted function's packed buffers on host arrays, for compiled unpacking.
+
+        Returns one read-only 1-d NumPy array per dtype of :attr:`packing`,
+        then, when some output's shape is not static, an ``int64`` vector of
+        every output's dims, output after output: the Numba dispatch slices
+        the outputs out of the buffers in compiled code.
+        """
+        packed, traced_shapes = self._packed()
+        program = self._program(packed)
+        if all(None not in t.shape for t in self.output_types):
+            return lambda *inputs: tuple(program(*inputs))
+        output_shapes = self._shapes_of_outputs(traced_shapes)
+
+        def buffers_and_dims(*inputs: np.ndarray) -> tuple:
+            buffers = program(*inputs)
+            dims = np.fromiter(
+                (d for shape in output_shapes(*inputs) for d in shape), dtype=np.int64
+            )
+            return (*buffers, dims)
+
+        return buffers_and_dims
+
     def host_call(self, *inputs: np.ndarray) -> list[np.ndarray]:
         """Run the op once on host arrays, returning writeable arrays."""
-        return JITTED.get((self, "host"), self.host_function)(*inputs)
+        op_print = fingerprint(self)
+        if op_print is None:
+            return self.host_function()(*inputs)
+        return JITTED.get((self, "host", op_print), self.host_function)(*inputs)
 
     def perform(self, node: Apply, inputs: Sequence[Any], output_storage) -> None:
         for storage, value in zip(output_storage, self.host_call(*inputs)):
@@ -260,3 +337,12 @@ def graph_holds_jax_ops(outputs: Iterable[Any]) -> bool:
         ):
             return True
     return False
+
+
+def wrapped_functions_in(outputs: Iterable[Any]) -> list[str]:
+    """The wrapped JAX functions the graph of ``outputs`` runs, in graph order."""
+    names: dict[str, None] = {}
+    for node in apply_ancestors(list(outputs)):
+        if isinstance(node.op, JaxHostOp):
+            names.update(dict.fromkeys(node.op.wrapped_function_names()))
+    return list(names)

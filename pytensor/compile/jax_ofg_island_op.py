@@ -19,25 +19,38 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 import pytensor
+import pytensor.tensor as pt
 from pytensor.compile.builders import FinalizedOpFromGraph, construct_nominal_fgraph
 from pytensor.compile.jax_ofg_errors import RaisedWhile, mark, raised_while
 from pytensor.compile.jax_ofg_host import JaxHostOp
-from pytensor.compile.jax_ofg_keys import stable_key
 from pytensor.compile.jax_ofg_op import OpFromJax
 from pytensor.compile.jax_ofg_transforms import SharedPullbacks
 from pytensor.compile.mode import get_default_mode, optdb
-from pytensor.graph.basic import Variable
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.replace import graph_replace
+from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.link.jax.dispatch import jax_funcify
+from pytensor.raise_op import CheckAndRaise
+from pytensor.tensor.shape import specify_shape
 
 
 __all__ = ["JaxIsland", "JaxIslandFallbackWarning"]
 
 #: The rewrite's name: ``mode.excluding(ISLANDS_REWRITE)`` turns islands off.
 ISLANDS_REWRITE = "jax_islands"
+
+#: What specializes an island's graph to its static inputs and input shapes:
+#: PyTensor's canonicalization (constant folding, shape inference, removal of
+#: assertions that hold), without in-place rewrites.
+_SPECIALIZATION = optdb.query(
+    RewriteDatabaseQuery(include=["canonicalize"], exclude=["inplace"])
+)
 
 #: PyTensor's own preparation of a graph for its JAX lowering (registered
 #: under the "jax" tag, which only ``mode="JAX"`` includes): shape arguments
@@ -107,43 +120,38 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
         others = len(self.fgraph.apply_nodes) - len(functions)
         return f"JaxIsland{{{', '.join(functions)}, +{others} PyTensor nodes}}"
 
-    def stable_key(self) -> str:
-        """What the island computes, equal across processes (see :mod:`~pytensor.compile.jax_ofg_keys`)."""
-        fgraph = self.fgraph
-        position = {v: ("in", i) for i, v in enumerate(fgraph.inputs)}
-        nodes = []
-        for k, node in enumerate(fgraph.toposort()):
-            sources = [position.get(x) or stable_key(x) for x in node.inputs]
-            nodes.append(f"{stable_key(node.op)}{sources}")
-            position.update({out: (k, j) for j, out in enumerate(node.outputs)})
-        outputs = [position.get(out) or stable_key(out) for out in fgraph.outputs]
-        types = [str(x.type) for x in fgraph.inputs]
-        return (
-            f"JaxIsland(inputs={types}, nodes={nodes}, outputs={outputs}, "
-            f"static={self.static_inputs})"
-        )
-
-    def error_note(self) -> str:
-        return f"Raised by {self} (the rewrite `jax_islands`)."
+    def wrapped_function_names(self) -> list[str]:
+        return self.wrapped_functions()
 
     # --------------------------------------------------------------- running
     def jax_callable(self) -> Callable[..., tuple]:
-        # An op and its pullback inside share one jax.vjp: one forward pass.
-        pullbacks = SharedPullbacks(
-            [n for n in self.fgraph.toposort() if isinstance(n.op, OpFromJax)]
-        )
-        inner = jax_funcify(
-            self.fgraph,
-            fgraph_name="jax_island",
-            jax_ofg_pullbacks=pullbacks if pullbacks else None,
-        )
         output_types = self.output_types
+        static = self.static_inputs
+        specialized = static or any(
+            isinstance(node.op, CheckAndRaise) for node in self.fgraph.apply_nodes
+        )
+        lowerings: dict[tuple, _Lowering] = {}
+
+        def lowering(inputs: Sequence[Any]) -> _Lowering:
+            if not specialized:
+                key: tuple = ()
+            else:
+                key = tuple(
+                    x if i in static else jnp.shape(x) for i, x in enumerate(inputs)
+                )
+            found = lowerings.get(key)
+            if found is None:
+                # Built while JAX traces, and kept for later traces: its
+                # constants must be concrete arrays, not this trace's tracers.
+                with jax.ensure_compile_time_eval():
+                    fgraph = self.fgraph if not specialized else self.specialize(key)
+                    found = lowerings[key] = _Lowering(fgraph)
+            return found
 
         def jax_island(*inputs: Any) -> tuple:
-            if pullbacks:
-                pullbacks.start_trace()
+            lowered = lowering(inputs)  # a failed length check raises here
             try:
-                outputs = inner(*inputs)
+                outputs = lowered(*(x for i, x in enumerate(inputs) if i not in static))
             except Exception as error:
                 mark(
                     error,
@@ -164,6 +172,46 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
 
         return jax_island
 
+    def specialize(self, key: Sequence[Any]) -> FunctionGraph:
+        """The inner graph for static inputs and input shapes ``key``.
+
+        ``key`` holds, per input, its static value (a length: an integer or a
+        tuple of them) or its shape. Static inputs become constants, the
+        others get their shapes, and PyTensor's canonicalization folds what
+        that decides: the lengths PyMC's dims machinery computes, the
+        ``Split``\\ s of a raveled point by them, and shape assertions, which
+        are removed when they hold. One that fails raises PyTensor's own
+        error, here, once per specialization (never a silently wrong
+        result); one that cannot be decided is an error of the island's
+        tracing, so the island falls back to PyTensor.
+        """
+        inner = self.fgraph.unfreeze()
+        inputs, replace = [], {}
+        for i, (x, value) in enumerate(zip(inner.inputs, key)):
+            if i in self.static_inputs:
+                replace[x] = pt.constant(np.asarray(value, dtype=x.type.dtype))
+            else:
+                new = x.type()
+                inputs.append(new)
+                replace[x] = specify_shape(new, tuple(value))
+        outputs = graph_replace(list(inner.outputs), replace, strict=False)
+        specialized = FunctionGraph(inputs, outputs, clone=False)
+        _SPECIALIZATION.rewrite(specialized)
+        for name in _JAX_LOWERING_REWRITES:
+            optdb[name].rewrite(specialized)
+        for node in specialized.toposort():
+            if isinstance(node.op, CheckAndRaise):
+                conditions = node.inputs[1:]
+                if any(
+                    isinstance(c, Constant) and not c.data.all() for c in conditions
+                ):
+                    raise node.op.exc_type(node.op.msg)
+                raise NotImplementedError(
+                    f"{self}: the assertion {node.op} could not be decided from the "
+                    "static lengths and input shapes."
+                )
+        return specialized
+
     def host_function(
         self, writable: Sequence[bool] | None = None
     ) -> Callable[..., list[np.ndarray]]:
@@ -175,13 +223,42 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
         once and runs its inner graph through PyTensor from then on: slower,
         never wrong.
         """
+        return self._falling_back(
+            lambda: JaxHostOp.host_function(self, writable), lambda outputs: outputs
+        )
+
+    def buffers_function(self) -> Callable[..., tuple]:
+        """As :meth:`JaxHostOp.buffers_function`, with the same fallback."""
+        dtypes = self.packing.dtypes
+        dynamic = any(None in t.shape for t in self.output_types)
+
+        def packed_on_host(outputs: Sequence[np.ndarray]) -> tuple:
+            buffers = []
+            for dtype in dtypes:
+                parts = [np.ravel(o) for o in outputs if o.dtype == dtype]
+                buffer = np.concatenate(parts).astype(dtype, copy=False)
+                buffer.flags.writeable = False  # as JAX's buffers are
+                buffers.append(buffer)
+            if dynamic:
+                dims = [d for o in outputs for d in np.shape(o)]
+                buffers.append(np.asarray(dims, dtype=np.int64))
+            return tuple(buffers)
+
+        return self._falling_back(
+            lambda: JaxHostOp.buffers_function(self), packed_on_host
+        )
+
+    def _falling_back(
+        self, make_jax_call: Callable[[], Callable], from_outputs: Callable
+    ) -> Callable:
+        """``make_jax_call()``, or the inner graph through PyTensor once JAX cannot."""
         fallback: Callable | None = None
         try:
-            jax_call = super().host_function(writable)
+            jax_call = make_jax_call()
         except NotImplementedError as error:  # no JAX lowering after all
             fallback = self._fallback(error)
 
-        def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
+        def call(*inputs: np.ndarray) -> Any:
             nonlocal fallback
             if fallback is None:
                 try:
@@ -190,9 +267,9 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
                     if not (_island_could_not_trace(error) and self._fits(inputs)):
                         raise
                     fallback = self._fallback(error)
-            return fallback(*inputs)
+            return from_outputs(fallback(*inputs))
 
-        return host_call
+        return call
 
     def _fits(self, inputs: Sequence[Any]) -> bool:
         """Whether ``inputs`` are arrays of the island's input dtypes and ranks."""
@@ -238,6 +315,29 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
             )
             for out in node.outputs
         ]
+
+
+class _Lowering:
+    """PyTensor's JAX lowering of one (specialized) inner graph of an island.
+
+    An op and its pullback inside share one ``jax.vjp``: one forward pass
+    (:class:`~pytensor.compile.jax_ofg_transforms.SharedPullbacks`).
+    """
+
+    def __init__(self, fgraph):
+        self.pullbacks = SharedPullbacks(
+            [n for n in fgraph.toposort() if isinstance(n.op, OpFromJax)]
+        )
+        self.function = jax_funcify(
+            fgraph,
+            fgraph_name="jax_island",
+            jax_ofg_pullbacks=self.pullbacks if self.pullbacks else None,
+        )
+
+    def __call__(self, *inputs: Any) -> Sequence[Any]:
+        if self.pullbacks:
+            self.pullbacks.start_trace()
+        return self.function(*inputs)
 
 
 def _island_could_not_trace(error: Exception) -> bool:

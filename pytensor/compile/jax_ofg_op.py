@@ -41,6 +41,7 @@ from pytensor.compile.jax_ofg_host import JaxHostOp
 from pytensor.compile.jax_ofg_shapes import (
     SAME_INPUTS,
     InputMap,
+    Lengths,
     OutputDims,
     contradicted_dim,
     describe_symbol,
@@ -146,8 +147,7 @@ class OpFromJax(JaxHostOp, Op):
         if output_dims is None:
             output_dims = tuple(tuple(t.shape) for t in self.output_types)
         self.output_dims = tuple(tuple(dims) for dims in output_dims)
-        #: ``(symbol, length)`` pairs, sorted (hashable, for ``__props__``).
-        self.traced_sizes = tuple(sorted(dict(traced_sizes or {}).items()))
+        self.traced_sizes = Lengths(traced_sizes or {})
         super().__init__()
 
     def derive(
@@ -191,7 +191,7 @@ class OpFromJax(JaxHostOp, Op):
                 (*leading_dims, *(inputs.rename(d) for d in dims))
                 for dims in output_dims
             ),
-            traced_sizes=inputs.rename_sizes(dict(self.traced_sizes)),
+            traced_sizes=inputs.rename_sizes(self.traced_sizes),
         )
 
     def __hash__(self) -> int:
@@ -302,7 +302,7 @@ class OpFromJax(JaxHostOp, Op):
         }
         changed = [
             f"{describe_symbol(symbol)} was {size}, is {now[symbol]}"
-            for symbol, size in self.traced_sizes
+            for symbol, size in self.traced_sizes.items()
             if now.get(symbol, size) != size
         ]
         if not changed:
@@ -316,15 +316,19 @@ class OpFromJax(JaxHostOp, Op):
     def jax_callable(self) -> Callable[..., tuple]:
         return self.traced_fn
 
-    def error_note(self) -> str:
-        return f"Raised by the JAX function wrapped in {self}." + self.traced_note()
+    def wrapped_function_names(self) -> list[str]:
+        return [self.describe()]
+
+    def error_hint(self) -> str:
+        return self.traced_note()
 
     def traced_note(self) -> str:
         """When the types hold only at traced lengths: says so, naming the dims."""
         if not self.traced_sizes:
             return ""
         sizes = "; ".join(
-            f"{describe_symbol(symbol)}: {size}" for symbol, size in self.traced_sizes
+            f"{describe_symbol(symbol)}: {size}"
+            for symbol, size in self.traced_sizes.items()
         )
         return (
             " Its output types were found by tracing it at the lengths its "

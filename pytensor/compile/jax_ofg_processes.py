@@ -31,12 +31,13 @@ import importlib.machinery
 import logging
 import multiprocessing
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType, ModuleType
 from typing import Any
 
 from pytensor.compile import jax_ofg_fork
-from pytensor.compile.jax_ofg_host import graph_holds_jax_ops
+from pytensor.compile.jax_ofg_errors import report
+from pytensor.compile.jax_ofg_host import graph_holds_jax_ops, wrapped_functions_in
 
 
 __all__ = [
@@ -179,19 +180,29 @@ def install_pymc_start_method_choice() -> None:
 
 
 class _ForkCheckedFunction:
-    """A JAX-linker function holding wrapped JAX functions, checked before each call."""
+    """A JAX-linker function holding wrapped JAX functions, checked before each call.
 
-    __slots__ = ("_compiled",)
+    Its errors name the wrapped functions, as a host call's do (see
+    :func:`~pytensor.compile.jax_ofg_errors.report`).
+    """
 
-    def __init__(self, compiled: Callable):
+    __slots__ = ("_compiled", "_functions")
+
+    def __init__(self, compiled: Callable, functions: Sequence[str] = ()):
         self._compiled = compiled
+        self._functions = tuple(functions)
 
     def __call__(self, *args):
         if jax_ofg_fork.forked_after_jax_started:
             jax_ofg_fork.refuse_call_after_fork(
                 "A function compiled with mode='JAX' that holds wrapped JAX functions"
             )
-        return self._compiled(*args)
+        try:
+            return self._compiled(*args)
+        except Exception as error:
+            what = f"The XLA program of mode='JAX' holding {', '.join(self._functions)}"
+            report(error, what, self._functions)
+            raise
 
     def __getattr__(self, name: str) -> Any:  # `lower`, `trace`, ... of jax.jit
         return getattr(self._compiled, name)
@@ -216,7 +227,7 @@ def install_jax_linker_check() -> bool:
         compiled = jit_compile(self, fn)
         fgraph = getattr(self, "fgraph", None)
         if fgraph is not None and graph_holds_jax_ops(fgraph.outputs):
-            return _ForkCheckedFunction(compiled)
+            return _ForkCheckedFunction(compiled, wrapped_functions_in(fgraph.outputs))
         return compiled
 
     checked_jit_compile.checks_forked_processes = True

@@ -127,6 +127,51 @@ def stand_in_shapes(shapes: Sequence[tuple], size: int) -> list[tuple]:
 _SYMBOL = re.compile(r"\bs(\d+)_(\d+)\b")
 
 
+class Lengths(Mapping):
+    """An immutable, hashable mapping from dim symbols to lengths.
+
+    Part of an op's identity (``traced_sizes``). Unlike PyTensor's
+    ``frozendict`` it never pickles a hash: string hashes differ between
+    processes.
+
+    >>> Lengths({"s1_0": 8, "s0_0": 3}) == {"s0_0": 3, "s1_0": 8}
+    True
+    >>> hash(Lengths({"s0_0": 3})) == hash(Lengths([("s0_0", 3)]))
+    True
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, lengths: Mapping[str, int] | Sequence[tuple[str, int]] = ()):
+        self._items = tuple(sorted(dict(lengths).items()))
+
+    def __getitem__(self, symbol: str) -> int:
+        for name, length in self._items:
+            if name == symbol:
+                return length
+        raise KeyError(symbol)
+
+    def __iter__(self):
+        return (name for name, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Lengths):
+            return self._items == other._items
+        return isinstance(other, Mapping) and dict(self._items) == dict(other)
+
+    def __repr__(self) -> str:
+        return f"Lengths({dict(self._items)})"
+
+    def __reduce__(self):
+        return type(self), (self._items,)
+
+
 @dataclass(frozen=True)
 class InputMap:
     """Where the inputs of an op sit in an op derived from it, for dim symbols.

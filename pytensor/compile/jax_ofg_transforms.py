@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pytensor.compile import jax_ofg_trace_cache as trace_cache
+from pytensor.compile.jax_ofg_fingerprints import fingerprint
 from pytensor.compile.jax_ofg_functions import ArrayTuple, InnerFunction, static_key
 from pytensor.compile.jax_ofg_lru import BoundedCache
 from pytensor.compile.jax_ofg_packing import DtypePacking
@@ -149,8 +151,12 @@ def _abstract_pullback(vjp: VJPFunction, primals: Sequence[Any]) -> Any:
 
     # The forward's residual rebuild traces it once more at every call: once
     # per signature is enough (a shape trace of an ODE solve takes a second).
+    # Keyed by what the trace reads, too (a global edited since).
+    vjp_print = fingerprint(vjp)
+    if vjp_print is None:
+        return jax.eval_shape(pullback, *traced)
     return _PULLBACK_SHAPES.get(
-        (vjp, tuple(signature)), lambda: jax.eval_shape(pullback, *traced)
+        (vjp, vjp_print, tuple(signature)), lambda: jax.eval_shape(pullback, *traced)
     )
 
 
@@ -169,7 +175,26 @@ def residual_dtypes(
     Unknown dims (None) are traced as symbolic dims, else at the lengths the
     forward op's types were traced with (``traced_sizes``, by symbol), else
     with stand-in sizes; raises the tracing error when every attempt fails.
+    A later process reads them from the trace cache.
     """
+    key = trace_cache.content_key(
+        "residual_dtypes",
+        vjp,
+        (tuple(input_shapes), tuple(input_dtypes), dict(traced_sizes or {})),
+    )
+    return trace_cache.memoized(
+        key,
+        "residual_dtypes",
+        lambda: _traced_residual_dtypes(vjp, input_shapes, input_dtypes, traced_sizes),
+    )
+
+
+def _traced_residual_dtypes(
+    vjp: VJPFunction,
+    input_shapes: Sequence[tuple],
+    input_dtypes: Sequence[str],
+    traced_sizes: Mapping[str, int] | None,
+) -> tuple[str, ...]:
     attempts = [symbolic_shapes(input_shapes)]
     if any(None in shape for shape in input_shapes):
         if traced_sizes:

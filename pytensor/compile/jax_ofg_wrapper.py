@@ -25,7 +25,9 @@ from typing import Any
 import jax
 
 import pytensor.tensor as pt
+from pytensor.compile import jax_ofg_trace_cache as trace_cache
 from pytensor.compile.jax_ofg_dims import InputDims, input_dims
+from pytensor.compile.jax_ofg_fingerprints import fingerprint
 from pytensor.compile.jax_ofg_functions import (
     INPUT,
     FlatJaxFunction,
@@ -36,7 +38,11 @@ from pytensor.compile.jax_ofg_functions import (
 )
 from pytensor.compile.jax_ofg_lru import BoundedCache
 from pytensor.compile.jax_ofg_op import OpFromJax, describe_types
-from pytensor.compile.jax_ofg_shapes import sizes_by_symbol, trace_output_types
+from pytensor.compile.jax_ofg_shapes import (
+    TraceResult,
+    sizes_by_symbol,
+    trace_output_types,
+)
 from pytensor.graph.basic import Variable
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
@@ -267,22 +273,30 @@ class JaxOpWrapper:
         input_types = tuple(v.type for v in inputs)
         dims = input_dims(inputs)
 
-        def build() -> OpFromJax:
-            return self._build_op(flat, input_types, dims, args, kwargs)
+        # What the trace depends on beyond the call's structure: the code and
+        # the globals it reads (edited in a notebook, say). An undescribable
+        # function is traced at every call.
+        flat_print = fingerprint(flat)
 
-        key = (flat, input_types, dims.key)
-        op = self._ops.get(key, build)
+        def build() -> OpFromJax:
+            return self._build_op(flat, flat_print, input_types, dims, args, kwargs)
+
+        key = (flat, flat_print, input_types, dims.key)
+        op = self._ops.get(key, build) if flat_print is not None else build()
         if op.traced_sizes:
             # Its types hold at the lengths it was traced with: other current
             # lengths (a new model, `set_dim`) get their own trace.
-            sizes = tuple(sorted(sizes_by_symbol(dims, dims.current_sizes()).items()))
+            sizes = sizes_by_symbol(dims, dims.current_sizes())
             if sizes != op.traced_sizes:
-                op = self._ops.get((*key, sizes), build)
+                key = (*key, tuple(sorted(sizes.items())))
+                op = self._ops.get(key, build) if flat_print is not None else build()
         flat = op.fn
         outputs = op(*inputs, return_list=True) if op.output_types else []
         return _rebuild_outputs(flat, outputs, inputs)
 
-    def _build_op(self, flat, input_types, dims: InputDims, args, kwargs) -> OpFromJax:
+    def _build_op(
+        self, flat, flat_print: str | None, input_types, dims: InputDims, args, kwargs
+    ) -> OpFromJax:
         traced_sizes: Mapping[str, int] = {}
         if self.output_types is not None:
             layout, output_types, output_dims = self._explicit_types(args, kwargs)
@@ -295,19 +309,24 @@ class JaxOpWrapper:
                 )
 
             # A second wrapper of the same function (or the same model built
-            # again) traces nothing new.
-            key = (
-                flat,
-                input_types,
-                dims.key,
-                tuple(sorted(dims.current_sizes().items())),
+            # again) traces nothing new; nor does a later process (the trace
+            # cache on disk).
+            sizes = tuple(sorted(dims.current_sizes().items()))
+            on_disk = trace_cache.key_of_prints(
+                "types", flat_print, fingerprint((input_types, dims.key, sizes))
             )
-            traced = _TRACES.get(
-                key,
-                lambda: trace_output_types(
-                    flat.trace, input_types, dims, describe_call
-                ),
-            )
+
+            def trace() -> TraceResult:
+                return trace_cache.memoized(
+                    on_disk,
+                    "types",
+                    lambda: trace_output_types(
+                        flat.trace, input_types, dims, describe_call
+                    ),
+                )
+
+            key = (flat, flat_print, input_types, dims.key, sizes)
+            traced = _TRACES.get(key, trace) if flat_print is not None else trace()
             layout = traced.layout
             output_types, output_dims = traced.output_types, traced.output_dims
             traced_sizes = traced.traced_sizes

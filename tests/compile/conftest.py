@@ -17,6 +17,7 @@ def mode(request, monkeypatch):
             raise AssertionError(f"{self} ran as a host call under the JAX linker")
 
         monkeypatch.setattr(OpFromJax, "host_function", no_host_call)
+        monkeypatch.setattr(OpFromJax, "buffers_function", no_host_call)
     return request.param
 
 

@@ -85,7 +85,7 @@ def test_the_modules_import_each_other_without_cycles():
 #: leaves x64 off: reports what is registered after importing every module but
 #: the facade, then after importing the facade.
 PROBE = """
-import importlib, json, sys
+import importlib, json, logging, sys
 import jax
 modules = {modules!r}
 for name in modules:
@@ -120,6 +120,10 @@ def state():
         pymc_hook=any("PatchPyMC" in type(f).__name__ for f in sys.meta_path),
         jax_linker=getattr(JAXLinker.jit_compile, "checks_forked_processes", False),
         numba_bodies=any(m.endswith("jax_ofg._bodies") for m in sys.modules),
+        callback_log_filter=any(
+            type(f).__name__ == "MuteCallbackLogs"
+            for f in logging.getLogger("jax._src.callback").filters
+        ),
     )
 
 before = state()
@@ -153,6 +157,7 @@ def test_only_the_facade_acts_on_the_process(tmp_path):
         "pymc_hook": False,
         "jax_linker": False,
         "numba_bodies": False,
+        "callback_log_filter": False,
     }
     assert after == {
         "x64": True,
@@ -172,5 +177,6 @@ def test_only_the_facade_acts_on_the_process(tmp_path):
         "pymc_hook": True,
         "jax_linker": True,
         "numba_bodies": True,
+        "callback_log_filter": True,
     }
     assert report["again"] == after

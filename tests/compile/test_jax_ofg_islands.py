@@ -5,9 +5,12 @@ Under the host linkers (Python, C VM, Numba and the default mode) the
 around them that PyTensor's JAX backend lowers into one ``JaxIsland``.
 """
 
+import importlib.util
 import pickle
+import sys
 import threading
 import warnings
+from pathlib import Path
 
 import _jax_ofg_models as models
 import jax
@@ -25,7 +28,6 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.io import In
 from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
-from pytensor.compile.jax_ofg_host import JaxHostOp
 from pytensor.compile.jax_ofg_island_op import JaxIsland, JaxIslandFallbackWarning
 from pytensor.compile.mode import Mode, get_mode
 from pytensor.graph.basic import Apply
@@ -50,6 +52,19 @@ ISLAND_MODES = [
 @pytest.fixture(params=[m for _, m in ISLAND_MODES], ids=[i for i, _ in ISLAND_MODES])
 def island_mode(request):
     return request.param
+
+
+def import_example(name: str):
+    """A module of ``examples/``, imported by path (it is no package)."""
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))  # its helper modules
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
 
 
 def islands(f) -> list[JaxIsland]:
@@ -86,14 +101,18 @@ THETA = np.array([0.6, 1.2])
 
 
 class HostCalls:
-    """Counts calls from the host into JAX: every one goes through a host function."""
+    """Counts calls from the host into JAX: every one goes through a host function
+    (NumPy outputs for the Python and C linkers, packed buffers for Numba)."""
 
     def __init__(self, monkeypatch):
         self.count = 0
-        make_host_function = JaxHostOp.host_function
+        for cls in (OpFromJax, JaxIsland):
+            for name in ("host_function", "buffers_function"):
+                monkeypatch.setattr(cls, name, self._counting(getattr(cls, name)))
 
-        def counting_host_function(op, writable=None):
-            call = make_host_function(op, writable)
+    def _counting(self, make_host_function):
+        def counting_host_function(op, *args):
+            call = make_host_function(op, *args)
 
             def host_call(*inputs):
                 self.count += 1
@@ -101,8 +120,7 @@ class HostCalls:
 
             return host_call
 
-        for cls in (OpFromJax, JaxIsland):
-            monkeypatch.setattr(cls, "host_function", counting_host_function)
+        return counting_host_function
 
 
 # ============================================================ same results
@@ -436,6 +454,112 @@ def test_a_shared_length_is_a_constant_of_the_program(island_mode):
         np.testing.assert_allclose(f(xv), np.full(4, 2 * np.sin(xv).sum()))
         n.set_value(6)  # a new length: the program is traced again
         np.testing.assert_allclose(f(xv), np.full(6, 2 * np.sin(xv).sum()))
+
+
+def test_assertions_on_lengths_join_and_raise_pytensors_error(island_mode):
+    """An assertion on fixed lengths is decided when the island is specialized."""
+    traces = []
+
+    @as_jax_op
+    def traced_sine(x):
+        traces.append(x.shape)  # runs once per trace
+        return jnp.sin(x)
+
+    x, n = pt.vector("x", shape=(3,)), pytensor.shared(np.int64(3), name="n")
+    length = Assert("n must be 3")(n, pt.eq(n, 3))
+    out = traced_sine(x).sum() * pt.cast(length, "float64")
+    traces.clear()  # the shape trace of the graph's build
+    f = compile_function([x], out, island_mode)
+    (island,) = islands(f)
+    assert any(isinstance(node.op, Assert) for node in island.fgraph.apply_nodes)
+    assert outer_ops(f) == [island]
+    xv = np.array([0.1, 0.2, 0.3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JaxIslandFallbackWarning)
+        np.testing.assert_allclose(f(xv), 3 * np.sin(xv).sum(), rtol=1e-12)
+        n.set_value(np.int64(4))
+        with pytest.raises(AssertionError, match="n must be 3"):
+            f(xv)
+        n.set_value(np.int64(3))  # the first specialization is still there
+        np.testing.assert_allclose(f(xv), 3 * np.sin(xv).sum(), rtol=1e-12)
+    assert len(traces) == 1
+
+
+def test_a_new_length_specializes_again_and_keeps_the_old(island_mode):
+    traces = []
+
+    @as_jax_op
+    def traced_sine(x):
+        traces.append(x.shape)
+        return jnp.sin(x)
+
+    # A raveled point split by dim lengths, as in PyMC's logp_dlogp.
+    x = pt.vector("x")
+    n, m = (
+        pytensor.shared(np.int64(2), name="n"),
+        pytensor.shared(np.int64(3), name="m"),
+    )
+    head, tail = pt.split(x, pt.stack([n, m]), n_splits=2)
+    out = traced_sine(head).sum() - tail.sum()
+    traces.clear()  # the shape trace of the graph's build
+    f = compile_function([x], [out, pt.grad(out, x)], island_mode)
+    assert [type(op) for op in outer_ops(f)] == [JaxIsland]
+    xv = np.linspace(0.1, 0.5, 5)
+
+    def expected(k):
+        return np.sin(xv[:k]).sum() - xv[k:].sum(), np.r_[
+            np.cos(xv[:k]), -np.ones(5 - k)
+        ]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JaxIslandFallbackWarning)
+        for k in (2, 3, 2):
+            n.set_value(np.int64(k))
+            m.set_value(np.int64(5 - k))
+            value, gradient = f(xv)
+            want_value, want_gradient = expected(k)
+            np.testing.assert_allclose(value, want_value, rtol=1e-12)
+            np.testing.assert_allclose(gradient, want_gradient, rtol=1e-12)
+    assert traces == [(2,), (3,)]
+
+
+def test_pymc_dims_machinery_joins_the_island():
+    """The main job's SEIR model, written with dims: one XLA program, as mode=JAX."""
+    from pymc.model.transform.optimization import freeze_dims_and_data
+
+    seir = import_example("seir_time_varying")
+    model = seir.build_model(seir.simulate_data(seir.Truth(), seed=1).cases)
+    f = model.logp_dlogp_function(ravel_inputs=True)._pytensor_function
+    nodes = f.maker.fgraph.toposort()
+    assert sum(isinstance(n.op, JaxIsland) for n in nodes) == 1
+    assert len(nodes) <= 4, [str(n.op) for n in nodes]
+
+    frozen = freeze_dims_and_data(model)
+    reference = frozen.logp_dlogp_function(ravel_inputs=True, mode="JAX")
+    reference = reference._pytensor_function
+    sizes = {
+        v.name: int(np.prod(model.initial_point()[v.name].shape))
+        for v in model.value_vars
+    }
+
+    def split(x, names):
+        return dict(zip(names, np.split(x, np.cumsum([sizes[n] for n in names])[:-1])))
+
+    ours = [v.name for v in model.value_vars]
+    theirs = [v.name for v in frozen.value_vars]
+    start = np.concatenate([np.ravel(v) for v in model.initial_point().values()])
+    rng = np.random.default_rng(2)
+    for x in (start, start + 0.05 * rng.normal(size=start.size)):
+        parts = split(x, ours)
+        value, gradient = f(x)
+        want_value, want_gradient = reference(
+            np.concatenate([parts[n] for n in theirs])
+        )
+        want_gradient = split(np.asarray(want_gradient), theirs)
+        np.testing.assert_allclose(value, want_value, rtol=1e-10)
+        np.testing.assert_allclose(
+            gradient, np.concatenate([want_gradient[n] for n in ours]), rtol=1e-10
+        )
 
 
 def test_errors_of_a_wrapped_function_are_not_hidden_by_the_fallback(island_mode):

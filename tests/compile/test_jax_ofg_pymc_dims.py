@@ -467,6 +467,7 @@ def test_shape_inference_never_compiles_the_model_graph(monkeypatch):
 
     monkeypatch.setattr(FunctionMaker, "__init__", record)
     monkeypatch.setattr(OpFromJax, "host_function", no_jax)
+    monkeypatch.setattr(OpFromJax, "buffers_function", no_jax)
     with knot_model():
         k = pm.Normal("k", 0, 1, dims="knot")
         X = pm.Data("X", np.ones((20, 3)), dims=("obs", "feature"))

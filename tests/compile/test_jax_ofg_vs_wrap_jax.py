@@ -80,13 +80,14 @@ def test_jax_arrays_in_outputs_are_copied_by_both():
 
 
 FRESH_PROCESS = """
-import sys
-import warnings
+import importlib.util, sys
 import pytensor, pytensor.tensor as pt
-import pytensor.compile
-pytensor.compile.__path__.insert(0, sys.argv[1])
 x = pt.dvector("x", shape=(3,))
 if sys.argv[2] == "ours":
+    # The checkout's modules (its conftest imports PyTensor's JAX backend,
+    # which our package imports anyway).
+    spec = importlib.util.spec_from_file_location("checkout", sys.argv[1])
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
     from pytensor.compile.jax_ofg import as_jax_op as wrap
 else:
     wrap = pytensor.wrap_jax
@@ -97,9 +98,9 @@ print(wrap(lambda x: x * 2)(x).type.dtype)
 @pytest.mark.parametrize("which, dtype", [("ours", "float64"), ("wrap_jax", "float32")])
 def test_float64_in_a_fresh_process(which, dtype, tmp_path):
     """Before PyTensor's JAX backend is imported, wrap_jax narrows float64."""
-    compile_dir = str(Path(__file__).resolve().parents[2] / "pytensor" / "compile")
+    checkout_conftest = str(Path(__file__).resolve().parents[2] / "conftest.py")
     result = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, compile_dir, which],
+        [sys.executable, "-c", FRESH_PROCESS, checkout_conftest, which],
         capture_output=True,
         text=True,
         cwd=tmp_path,

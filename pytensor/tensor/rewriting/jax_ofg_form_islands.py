@@ -10,10 +10,19 @@ lowers, and replaces each by one
 
 A node may join an island only if
 
-* PyTensor's JAX backend lowers it (``jax_funcify`` succeeds for it);
-* it is no random variable, no assertion (JAX's lowering drops those) and
-  destroys none of its inputs;
-* its inputs and outputs are tensors (constants of other types stay inside);
+* PyTensor's JAX backend lowers it (``jax_funcify`` succeeds for it without a
+  warning), once its *fixed* inputs are constants: lengths computed from
+  constants and shared variables alone (PyMC's ``dim_lengths``; see
+  :func:`~pytensor.compile.jax_ofg_dims.is_fixed`), which an island takes as
+  static inputs and its lowering specializes to (so PyMC's ``Split`` of a
+  raveled point by dim lengths joins);
+* it is no random variable, and destroys none of its inputs;
+* it is no assertion, unless what it checks is fixed: JAX's lowering drops
+  assertions, but one on lengths is decided when the island is specialized
+  (:meth:`~pytensor.compile.jax_ofg_island_op.JaxIsland.specialize`);
+* its inputs and outputs are tensors (constants of other types stay
+  inside), unless it computes fixed values (``ScalarFromTensor`` of a length);
+  an island whose boundary would carry another type is not formed;
 
 and an island stays *convex*: no path leaves it and comes back, so replacing
 it by one node cannot create a cycle. A node that must stay out splits the
@@ -36,15 +45,15 @@ import warnings
 import weakref
 from collections.abc import Iterable, Sequence
 
+import pytensor.tensor as pt
+from pytensor.compile.jax_ofg_dims import evaluate_values, is_fixed
 from pytensor.compile.jax_ofg_island_op import ISLANDS_REWRITE, JaxIsland
 from pytensor.compile.jax_ofg_op import OpFromJax
-from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, get_active_mode
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.graph.rewriting.reachability import ancestor_bitsets
-from pytensor.graph.traversal import graph_inputs
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.link.jax.linker import JAXLinker
 from pytensor.raise_op import CheckAndRaise
@@ -66,14 +75,19 @@ def joins_islands(node: Apply) -> bool:
     op = node.op
     if isinstance(op, OpFromJax):
         return True
-    if isinstance(op, RandomVariable | CheckAndRaise) or getattr(op, "destroy_map", {}):
+    if isinstance(op, RandomVariable) or getattr(op, "destroy_map", {}):
         return False
-    if not all(isinstance(out.type, TensorType) for out in node.outputs):
-        return False
-    if not all(
+    if isinstance(op, CheckAndRaise):
+        return isinstance(node.inputs[0].type, TensorType) and all(
+            is_fixed(condition) for condition in node.inputs[1:]
+        )
+    tensors = all(isinstance(out.type, TensorType) for out in node.outputs) and all(
         isinstance(inp.type, TensorType) or isinstance(inp, Constant)
         for inp in node.inputs
-    ):
+    )
+    # Scalar-typed nodes (ScalarFromTensor of a dim length...) only when what
+    # they compute is fixed: specialization folds them away.
+    if not tensors and not all(is_fixed(out) for out in node.outputs):
         return False
     return _has_jax_lowering(node)
 
@@ -88,16 +102,44 @@ def _has_jax_lowering(node: Apply) -> bool:
     probed = _LOWERING_PROBES.get(node)
     if probed is not None and probed[0] == inputs:
         return probed[1]
+    lowers = _lowers(node)
+    if not lowers:
+        specialized = _with_fixed_inputs_constant(node)
+        lowers = specialized is not None and _lowers(specialized)
+    _LOWERING_PROBES[node] = (inputs, lowers)
+    return lowers
+
+
+def _lowers(node: Apply) -> bool:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a lowering that warns is not faithful
             jax_funcify(node.op, node=node)
     except Exception:
-        lowers = False
-    else:
-        lowers = True
-    _LOWERING_PROBES[node] = (inputs, lowers)
-    return lowers
+        return False
+    return True
+
+
+def _with_fixed_inputs_constant(node: Apply) -> Apply | None:
+    """``node`` with its fixed inputs as constants of their current values.
+
+    An island specializes its lowering to them (``Split`` by dim lengths,
+    ``Alloc`` of a dim length): the node lowers if this one does. None when
+    no input is fixed, or they cannot be evaluated.
+    """
+    fixed = [x for x in node.inputs if not isinstance(x, Constant) and is_fixed(x)]
+    if not fixed:
+        return None
+    try:
+        values = dict(zip(fixed, evaluate_values(fixed)))
+        return node.op.make_node(
+            *(
+                pt.constant(values[x], dtype=x.type.dtype) if x in values else x
+                for x in node.inputs
+            )
+        )
+    except Exception:
+        return None
 
 
 def find_islands(
@@ -211,18 +253,6 @@ def island_boundary(
     return list(inputs), outputs
 
 
-def _fixed_length(variable: Variable) -> bool:
-    """Whether ``variable`` is an integer scalar computed from constants and
-    shared variables alone: a length, which changes only when the user sets it."""
-    if variable.type.ndim != 0 or not variable.type.dtype.startswith(("int", "uint")):
-        return False
-    return all(
-        isinstance(x, Constant)
-        or (isinstance(x, SharedVariable) and isinstance(x.type, TensorType))
-        for x in graph_inputs([variable])
-    )
-
-
 def islands_enabled(mode) -> bool:
     """Whether compiling with ``mode`` runs this rewrite."""
     if isinstance(mode.linker, JAXLinker):
@@ -248,9 +278,11 @@ class FormJaxIslands(GraphRewriter):
         islands = find_islands(fgraph, nodes, map(joins_islands, nodes), seeds)
         for island in islands:
             inputs, outputs = island_boundary(fgraph, island)
-            if not outputs:
-                continue
-            static = [i for i, x in enumerate(inputs) if _fixed_length(x)]
+            if not outputs or not all(
+                isinstance(x.type, TensorType) for x in (*inputs, *outputs)
+            ):
+                continue  # a scalar-typed value would cross the host call
+            static = [i for i, x in enumerate(inputs) if is_fixed(x)]
             island_op = JaxIsland(inputs, outputs, static_inputs=static)
             new_outputs = island_op(*inputs, return_list=True)
             fgraph.replace_all_validate(

@@ -158,7 +158,7 @@ def fuse_value_and_vjp(
                 vjp,
                 [t.shape for t in primal_types],
                 [t.dtype for t in primal_types],
-                dict(forward_op.traced_sizes),
+                forward_op.traced_sizes,
             )
         except Exception:  # cannot be traced abstractly: keep the two passes
             return None

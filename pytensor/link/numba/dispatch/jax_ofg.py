@@ -26,15 +26,17 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numba
+import numpy as np
 
+from pytensor.compile.jax_ofg_fingerprints import digest, stable_key
 from pytensor.compile.jax_ofg_host import JaxHostOp, writable_outputs
-from pytensor.compile.jax_ofg_keys import digest, stable_key
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch.basic import get_numba_type, numba_njit
+from pytensor.tensor.type import TensorType
 
 
 __all__ = ["bodies_module", "call_host_function", "numba_funcify_JaxHostOp"]
@@ -57,7 +59,7 @@ _LOCK = threading.Lock()
 def register(op: JaxHostOp, writable: tuple[bool, ...], host: Callable) -> str:
     """The registry key for ``op`` (with its ``writable`` outputs), now serving ``host``.
 
-    The key is derived from :func:`~pytensor.compile.jax_ofg_keys.stable_key`,
+    The key is derived from :func:`~pytensor.compile.jax_ofg_fingerprints.stable_key`,
     so the same op gets it in every process; a different op that happens to
     describe the same gets the next free suffix. ``host`` is held weakly: the
     compiled function holds it (see :func:`numba_funcify_JaxHostOp`).
@@ -93,10 +95,61 @@ def call_host_function(key: str, inputs: tuple) -> object:
 
 _BODY = """
 def {name}(*inputs):
-    with numba.objmode(outputs={return_type}):
-        outputs = call_host_function({key!r}, inputs)
-    return outputs
+    with numba.objmode({declared}):
+        {received} = call_host_function({key!r}, inputs)
+{unpack}
+    return {returned}
 """
+
+
+def unpacking_source(
+    output_types: Sequence[TensorType], writable: Sequence[bool], buffers: Sequence[str]
+) -> tuple[list[str], list[str], bool]:
+    """Numba source slicing each output out of the packed buffers.
+
+    ``buffers`` names the buffer of each dtype of
+    :attr:`~pytensor.compile.jax_ofg_host.JaxHostOp.packing`. Static shapes
+    are constants; unknown ones are read from ``dims`` (see
+    :meth:`~pytensor.compile.jax_ofg_host.JaxHostOp.buffers_function`).
+    Returns the lines, the outputs' names, and whether ``dims`` is read.
+
+    >>> from pytensor.tensor.type import TensorType
+    >>> lines, names, dims = unpacking_source(
+    ...     [TensorType("float64", shape=()), TensorType("float64", shape=(None,))],
+    ...     [False, True],
+    ...     ["b0"],
+    ... )
+    >>> print("\\n".join(lines))
+    n0 = 1
+    o0 = b0[0:0 + n0].reshape(())
+    n1 = dims[0]
+    o1 = b0[0 + n0:0 + n0 + n1].reshape((dims[0],)).copy()
+    """
+    dynamic = any(None in t.shape for t in output_types)
+    dtypes = list(dict.fromkeys(t.dtype for t in output_types))
+    offsets: dict[str, str | int] = dict.fromkeys(dtypes, 0)
+    lines, names, position = [], [], 0
+    for k, (t, copy) in enumerate(zip(output_types, writable)):
+        if dynamic:
+            shape = [f"dims[{position + j}]" for j in range(t.ndim)]
+            position += t.ndim
+        else:
+            shape = [str(d) for d in t.shape]
+        start = offsets[t.dtype]
+        if dynamic:
+            size = f"n{k}"
+            lines.append(f"{size} = {' * '.join(shape) or '1'}")
+            stop = f"{start} + {size}"
+        else:
+            size = int(np.prod(t.shape, dtype=np.int64))
+            stop = f"{int(start) + size}"
+        shape_text = f"({', '.join(shape)}{',' if len(shape) == 1 else ''})"
+        view = f"{buffers[dtypes.index(t.dtype)]}[{start}:{stop}].reshape({shape_text})"
+        lines.append(f"o{k} = {view}{'.copy()' if copy else ''}")
+        offsets[t.dtype] = stop
+        names.append(f"o{k}")
+    return lines, names, dynamic
+
 
 _BODIES_MODULE = f"{__name__}._bodies"
 
@@ -124,34 +177,39 @@ def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
     later in ``JaxIsland``'s MRO.
     """
     writable = writable_outputs(node)
-    output_types = [
-        get_numba_type(out.type) if w else get_numba_type(out.type).copy(readonly=True)
-        for out, w in zip(node.outputs, writable)
-    ]
-    host_call = op.host_function(writable)
-    if len(output_types) == 1:
-        return_type = output_types[0]
-
-        def host(*inputs):
-            return host_call(*inputs)[0]
-
-    else:
-        return_type = numba.types.Tuple(output_types)
-
-        def host(*inputs):
-            return tuple(host_call(*inputs))
-
+    output_types = [out.type for out in node.outputs]
+    # The object-mode block only hands over the packed buffers (one per
+    # dtype); slicing, reshaping and copying them is compiled code: cheaper
+    # than doing it in Python, and than boxing several arrays.
+    dtypes = op.packing.dtypes
+    buffers = [f"b{j}" for j in range(len(dtypes))]
+    lines, names, dynamic = unpacking_source(output_types, writable, buffers)
+    name_of = {f"b{j}": _buffer_type(dtype) for j, dtype in enumerate(dtypes)}
+    if dynamic:
+        name_of["dims"] = numba.types.Array(numba.types.int64, 1, "C")
+    host = op.buffers_function()
     key = register(op, writable, host)
     node.tag.jax_ofg_registry_key = key
     name = f"jax_host_op_{key}"
     bodies = bodies_module()
-    bodies.__dict__[f"{name}_type"] = return_type
-    body = compile_numba_function_src(
-        _BODY.format(name=name, key=key, return_type=f"{name}_type"),
-        name,
-        global_env=bodies.__dict__,
+    for variable, numba_type in name_of.items():
+        bodies.__dict__[f"{name}_{variable}"] = numba_type
+    received = list(name_of)
+    source = _BODY.format(
+        name=name,
+        key=key,
+        declared=", ".join(f"{v}={name}_{v}" for v in received),
+        received=", ".join(received) + ("," if len(received) == 1 else ""),
+        unpack="\n".join(f"    {line}" for line in lines),
+        returned=names[0] if len(names) == 1 else f"({', '.join(names)})",
     )
+    body = compile_numba_function_src(source, name, global_env=bodies.__dict__)
     compiled = numba_njit(body)
     compiled._jax_ofg_host = host  # the registry holds it weakly
     input_types = [str(get_numba_type(x.type)) for x in node.inputs]
-    return compiled, digest(f"jax_host_op|{key}|{input_types}|{return_type}")
+    return compiled, digest(f"jax_host_op|{key}|{input_types}|{source}")
+
+
+def _buffer_type(dtype: str) -> numba.types.Array:
+    """A packed buffer: a read-only 1-d array (JAX's memory)."""
+    return numba.types.Array(numba.from_dtype(np.dtype(dtype)), 1, "C", readonly=True)

@@ -1,0 +1,350 @@
+"""The trace cache: a later process traces nothing, and never reuses a stale trace.
+
+Every test runs fresh processes sharing one ``compiledir``. The wrapped
+functions print ``TRACED`` whenever JAX traces their body (a print is no JAX
+effect, so the programs stay exportable), so the tests count traces in the
+output. In-process, a global edited between two compiles (a notebook) gives
+the new value in every linker.
+"""
+
+import importlib
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _fresh_process import SITECUSTOMIZE
+from _linkers import compile_function
+
+import pytensor.tensor as pt
+
+
+#: The model: a function in a module of its own, calling a helper in another.
+MODEL = """
+import jax.numpy as jnp
+import numpy as np
+from pytensor.compile.jax_ofg import as_jax_op
+import helpers
+
+SCALE = {scale}
+WEIGHTS = np.load("weights.npy")
+
+
+def make_rate(weights):
+    def rate(x):
+        return jnp.sum(weights * x)
+    return rate
+
+
+rate = make_rate(WEIGHTS)
+
+
+@as_jax_op
+def solve(x, *, power):
+    print("TRACED")
+    return SCALE * helpers.shape(x) ** power + rate(x)
+"""
+
+HELPERS = """
+import jax.numpy as jnp
+
+def shape(x):
+    return jnp.{function}(x)
+"""
+
+#: Builds a value-and-gradient graph, compiles it (default mode: one JAX
+#: island), evaluates it; prints the result and what the cache holds.
+SCRIPT = """
+import json, sys
+import numpy as np, pytensor, pytensor.tensor as pt
+import model
+from pytensor.compile.jax_ofg import trace_cache_info
+
+x = pt.vector("x", shape=(3,))
+cost = pt.sum(model.solve(x, power={power})) + pt.sum(x**2)
+f = pytensor.function([x], [cost, pt.grad(cost, x)])
+value, gradient = f(np.array([0.1, 0.2, 0.3]))
+print("RESULT", json.dumps([float(value), gradient.tolist()]))
+print("CACHE", json.dumps(trace_cache_info()))
+"""
+
+
+class Project:
+    """A folder holding the model's modules, run in fresh processes."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.compiledir = folder / "compiledir"
+        (folder / "startup").mkdir(parents=True, exist_ok=True)
+        (folder / "startup" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        self.write(scale=2.0, function="sin", weights=[1.0, 2.0, 3.0])
+
+    def write(self, *, scale=None, function=None, weights=None) -> None:
+        if scale is not None:
+            self._write("model.py", MODEL.format(scale=scale))
+        if function is not None:
+            self._write("helpers.py", HELPERS.format(function=function))
+        if weights is not None:
+            np.save(self.folder / "weights.npy", np.array(weights))
+
+    def _write(self, name: str, text: str) -> None:
+        path = self.folder / name
+        path.write_text(textwrap.dedent(text))
+        # A second edit within the file system's mtime resolution must not
+        # let Python reuse the first version's bytecode.
+        for cached in (self.folder / "__pycache__").glob(f"{path.stem}.*"):
+            cached.unlink()
+
+    def run(self, power=2, flags: str = "", env=None) -> tuple[int, list, dict]:
+        """Traces of the body, the result and the cache's state in a fresh process."""
+        script = self.folder / "script.py"
+        script.write_text(SCRIPT.format(power=power))
+        environment = {
+            **subprocess_env(),
+            "PYTHONPATH": f"{self.folder / 'startup'}:{self.folder}",
+            "PYTENSOR_FLAGS": f"base_compiledir={self.compiledir}{flags}",
+            **(env or {}),
+        }
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=self.folder,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        lines = done.stdout.splitlines()
+        result = next(
+            json.loads(line[7:]) for line in lines if line.startswith("RESULT ")
+        )
+        cache = next(
+            json.loads(line[6:]) for line in lines if line.startswith("CACHE ")
+        )
+        return lines.count("TRACED"), result, cache
+
+
+def subprocess_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def expected(scale=2.0, function=np.sin, weights=(1.0, 2.0, 3.0), power=2):
+    x = np.array([0.1, 0.2, 0.3])
+    w = np.array(weights)
+    value = np.sum(scale * function(x) ** power + np.sum(w * x)) + np.sum(x**2)
+    derivative = {np.sin: np.cos, np.tanh: lambda v: 1 - np.tanh(v) ** 2}[function]
+    gradient = scale * power * function(x) ** (power - 1) * derivative(x)
+    gradient = gradient + 3 * w + 2 * x  # rate(x) is added to each of 3 outputs
+    return value, gradient
+
+
+def check(result, *args, **kwargs) -> None:
+    value, gradient = expected(*args, **kwargs)
+    np.testing.assert_allclose(result[0], value, rtol=1e-12)
+    np.testing.assert_allclose(result[1], gradient, rtol=1e-12)
+
+
+@pytest.fixture
+def project(tmp_path) -> Project:
+    return Project(tmp_path)
+
+
+def test_a_second_process_traces_nothing(project):
+    traces, result, cache = project.run()
+    assert traces >= 2  # the shape trace when the graph is built, the program
+    check(result)
+    assert cache["entries"] >= 2 and cache["bytes"] > 0
+    assert Path(cache["path"]).parent.parent == project.compiledir
+    traces, again, _ = project.run()
+    assert traces == 0
+    assert again == result
+
+
+@pytest.mark.parametrize(
+    "edit, new",
+    [
+        ({"scale": 3.0}, {"scale": 3.0}),  # a global constant the function reads
+        ({"function": "tanh"}, {"function": np.tanh}),  # a helper in another module
+        ({"weights": [0.5, 0.5, 4.0]}, {"weights": (0.5, 0.5, 4.0)}),  # a closure
+    ],
+    ids=["global", "helper module", "closure array"],
+)
+def test_an_edit_the_trace_depends_on_gives_the_new_result(project, edit, new):
+    project.run()
+    project.write(**edit)
+    traces, result, _ = project.run()
+    assert traces >= 1
+    check(result, **new)
+    traces, again, _ = project.run()  # and the new trace is kept in turn
+    assert traces == 0 and again == result
+
+
+def test_a_changed_static_argument_gives_the_new_result(project):
+    project.run(power=2)
+    traces, result, _ = project.run(power=3)
+    assert traces >= 1
+    check(result, power=3)
+
+
+def test_a_changed_dependency_version_gives_the_new_result(project):
+    """A library is keyed by its version; upgrading it re-traces."""
+    site = project.folder / "site"
+
+    def install(version: str, factor: float) -> None:
+        package = site / "fakedep"
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text(
+            f"FACTOR = {factor}\ndef scale(x):\n    return FACTOR * x\n"
+        )
+        for old in site.glob("fakedep-*.dist-info"):
+            for file in old.iterdir():
+                file.unlink()
+            old.rmdir()
+        info = site / f"fakedep-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: fakedep\nVersion: {version}\n"
+        )
+        (info / "RECORD").write_text(
+            f"fakedep/__init__.py,,\nfakedep-{version}.dist-info/METADATA,,\n"
+            f"fakedep-{version}.dist-info/RECORD,,\n"
+        )
+        (info / "INSTALLER").write_text("pip\n")
+        for cached in (package / "__pycache__").glob("*"):
+            cached.unlink()
+
+    install("1.0", 1.0)
+    project._write(
+        "helpers.py",
+        "import jax.numpy as jnp\nimport fakedep\n\n"
+        "def shape(x):\n    return fakedep.scale(jnp.sin(x))\n",
+    )
+    env = {"PYTHONPATH": f"{project.folder / 'startup'}:{project.folder}:{site}"}
+    _, first, _ = project.run(env=env)
+    check(first)
+    traces, again, _ = project.run(env=env)
+    assert traces == 0 and again == first
+    install("1.1", 2.0)
+    traces, upgraded, _ = project.run(env=env)
+    assert traces >= 1
+    check(upgraded, scale=2.0 * 4.0)  # (2 sin x)^2 = 4 sin^2 x
+
+
+def test_the_switch_turns_it_off(project):
+    _, first, cache = project.run(flags=",jax_ofg__trace_cache=False")
+    assert cache == {"path": None, "entries": 0, "bytes": 0}
+    traces, again, _ = project.run(flags=",jax_ofg__trace_cache=False")
+    assert traces >= 2 and again == first
+
+
+def test_an_undescribable_function_is_traced_as_before(project):
+    project._write(
+        "model.py",
+        MODEL.format(scale=2.0) + "\nimport threading\n_LOCK = threading.Lock()\n\n"
+        "@as_jax_op\ndef solve(x, *, power):\n"
+        "    print('TRACED')\n    with _LOCK:\n"
+        "        return SCALE * helpers.shape(x) ** power + rate(x)\n",
+    )
+    _, first, cache = project.run()
+    check(first)
+    assert cache["entries"] == 0
+    traces, again, _ = project.run()
+    assert traces >= 2 and again == first
+
+
+def test_two_processes_filling_the_cache_at_once_both_work(project):
+    script = project.folder / "script.py"
+    script.write_text(SCRIPT.format(power=2))
+    environment = {
+        **subprocess_env(),
+        "PYTHONPATH": f"{project.folder / 'startup'}:{project.folder}",
+        "PYTENSOR_FLAGS": f"base_compiledir={project.compiledir}",
+    }
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(script)],
+            cwd=project.folder,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=300) for p in processes]
+    for process, (stdout, stderr) in zip(processes, outputs):
+        assert process.returncode == 0, stderr[-3000:]
+        result = next(
+            json.loads(line[7:])
+            for line in stdout.splitlines()
+            if line.startswith("RESULT ")
+        )
+        check(result)
+    traces, _, _ = project.run()
+    assert traces == 0
+
+
+def test_programs_with_host_callbacks_are_traced_as_before(project):
+    """``jax.debug.callback`` (like equinox's checks) cannot be exported."""
+    project._write(
+        "model.py",
+        MODEL.format(scale=2.0)
+        .replace(
+            '    print("TRACED")\n',
+            '    print("TRACED")\n    jax.debug.callback(lambda: None)\n',
+        )
+        .replace(
+            "import jax.numpy as jnp\n", "import jax\nimport jax.numpy as jnp\n", 1
+        ),
+    )
+    _, first, _ = project.run()
+    check(first)
+    traces, again, _ = project.run()
+    assert traces == 1  # the program; the output types still come from the cache
+    assert again == first
+
+
+# ================================================================ in-process
+@pytest.fixture
+def notebook_module(tmp_path, monkeypatch):
+    """A module whose global a later 'cell' edits."""
+    (tmp_path / "notebook_cell.py").write_text(
+        textwrap.dedent(
+            """
+            import jax.numpy as jnp
+            from pytensor.compile.jax_ofg import as_jax_op
+
+            FACTOR = 2.0
+
+            @as_jax_op
+            def scaled(x):
+                return FACTOR * jnp.sin(x)
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("notebook_cell")
+    yield module
+    sys.modules.pop("notebook_cell", None)
+
+
+def test_a_global_edited_between_two_compiles_gives_the_new_value(
+    mode, notebook_module
+):
+    x = pt.vector("x", shape=(3,))
+    y = notebook_module.scaled(x).sum()
+    xv = np.array([0.1, 0.2, 0.3])
+    before = compile_function([x], [y, pt.grad(y, x)], mode)(xv)
+    notebook_module.FACTOR = 5.0  # the next cell
+    after = compile_function([x], [y, pt.grad(y, x)], mode)(xv)
+    np.testing.assert_allclose(before[0], 2.0 * np.sin(xv).sum(), rtol=1e-12)
+    np.testing.assert_allclose(after[0], 5.0 * np.sin(xv).sum(), rtol=1e-12)
+    np.testing.assert_allclose(after[1], 5.0 * np.cos(xv), rtol=1e-12)
+    rebuilt = notebook_module.scaled(x).sum()  # a graph built anew, too
+    again = compile_function([x], rebuilt, mode)(xv)
+    np.testing.assert_allclose(again, 5.0 * np.sin(xv).sum(), rtol=1e-12)
