@@ -128,6 +128,39 @@ for (path, line, name), (cc, nc, tt, ct, callers) in stats.stats.items():
 print(json.dumps(found))
 """
 
+#: Compile time against the number of wrapped calls: a chain of N calls with a
+#: PyTensor node between each, value and gradient, in a fresh process with
+#: cold caches (fresh compiledir, no persistent XLA cache).
+SCALING = """
+import time
+start = time.perf_counter()
+import sys
+sys.path[:0] = [{root!r}, {here!r}]
+if {in_checkout!r}:
+    import conftest
+import numpy as np
+import pytensor, pytensor.tensor as pt
+import _models as models
+imported = time.perf_counter()
+x0 = pt.vector("x", shape=(8,))
+x = x0
+for i in range({n}):
+    x = models.chain_step(x) + 0.01 * i
+cost = (x**2).sum()
+outputs = [cost, pt.grad(cost, x0)]
+built = time.perf_counter()
+f = pytensor.function([x0], outputs, mode={mode!r})
+compiled = time.perf_counter()
+value = f(np.linspace(-1.0, 1.0, 8))[0]
+called = time.perf_counter()
+print(json.dumps(dict(
+    build=built - imported, compile=compiled - built, first_call=called - compiled,
+    total=called - built, value=float(value),
+)))
+"""
+
+SCALING_CALLS = (32, 64, 128)
+
 RUNS = {
     "sir": ["sir", "sir_wrap_jax", "sir_pytensor"],
     "seir": ["seir", "seir_wrap_jax"],
@@ -142,9 +175,15 @@ LABELS = {
 PHASES = ["imports", "build", "rewrite", "link", "first_call", "total"]
 
 
-def run_child(source: str, compiledir: Path, script: Path) -> dict:
+def run_child(
+    source: str, compiledir: Path, script: Path, env: dict | None = None
+) -> dict:
     script.write_text("import json\n" + textwrap.dedent(source))
-    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
+    env = {
+        **os.environ,
+        "PYTENSOR_FLAGS": f"base_compiledir={compiledir}",
+        **(env or {}),
+    }
     result = subprocess.run(
         [sys.executable, str(script)],
         capture_output=True,
@@ -181,6 +220,49 @@ def measure(names: list[str], folder: Path) -> dict[str, list[dict]]:
         results[name] = runs
         print(name, json.dumps(runs), flush=True)
     return results
+
+
+def scaling_table(folder: Path) -> str:
+    """Compile + first call against the number of wrapped calls, default vs JAX."""
+    rows = []
+    for n in SCALING_CALLS:
+        runs = {}
+        for label, mode in (("default", None), ("JAX", "JAX")):
+            script = folder / f"scaling_{n}_{label}.py"
+            runs[label] = run_child(
+                fill(SCALING, n=n, mode=mode),
+                folder / f"cache-scaling-{n}-{label}",
+                script,
+                env={"JAX_ENABLE_COMPILATION_CACHE": "false"},
+            )
+        if abs(runs["default"]["value"] - runs["JAX"]["value"]) > 1e-9:
+            raise AssertionError(f"N={n}: default and JAX disagree: {runs}")
+        ours, theirs = runs["default"], runs["JAX"]
+        rows.append(
+            [
+                n,
+                f"{ours['build']:.2f}",
+                f"{ours['compile']:.2f}",
+                f"{ours['first_call']:.2f}",
+                f"{ours['total']:.2f}",
+                f"{theirs['total']:.2f}",
+                format_ratio(ours["total"] / theirs["total"]),
+            ]
+        )
+        print("scaling", n, json.dumps(runs), flush=True)
+    return markdown_table(
+        [
+            "wrapped calls",
+            "build (s)",
+            "compile (s)",
+            "first call (s)",
+            "build to value (s)",
+            'mode="JAX" (s)',
+            'x mode="JAX"',
+        ],
+        rows,
+        numeric_from=1,
+    )
 
 
 def phase_table(results: dict[str, list[dict]]) -> str:
@@ -244,6 +326,15 @@ def main(argv=None) -> None:
             f"ours / wrap_jax (first process) = "
             f"{format_ratio(results['sir'][0]['total'] / results['sir_wrap_jax'][0]['total'])}."
         )
+        sections += [
+            "",
+            "Compile time against the number of wrapped calls (a chain of N "
+            "calls, a PyTensor node between each, value and gradient; fresh "
+            "process, cold caches, no persistent XLA cache; seconds from the "
+            "graph's build to the first value):",
+            "",
+            scaling_table(folder),
+        ]
         breakdown = run_child(
             fill(BREAKDOWN, model="sir"), folder / "cache-breakdown", folder / "b.py"
         )

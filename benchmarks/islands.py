@@ -273,6 +273,58 @@ def nutpie_table(name: str, model: pm.Model, args) -> str:
     )
 
 
+# -------------------------------------------------------------- fixed cost
+def chain_graph(n_calls: int):
+    """``n_calls`` wrapped calls with a PyTensor node between each, on an 8-vector."""
+    import pytensor.tensor as pt
+
+    x0 = pt.vector("x", shape=(8,))
+    x = x0
+    for i in range(n_calls):
+        x = _models.chain_step(x) + 0.01 * i
+    cost = (x**2).sum()
+    return x0, [cost, pt.grad(cost, x0)]
+
+
+def fixed_cost_table(args) -> str:
+    """A graph that is one island: the cost around XLA, against ``mode="JAX"``."""
+    x0, outputs = chain_graph(32)
+    xv = np.linspace(-1.0, 1.0, 8)
+    functions = {}
+    for label, mode in (("default (one island)", None), ('mode="JAX"', "JAX")):
+        function = pytensor.function([x0], outputs, mode=mode)
+        function.trust_input = True
+        functions[label] = host_values(function)
+    reference = functions['mode="JAX"'](xv)
+    for label, function in functions.items():
+        for got, want in zip(function(xv), reference):
+            np.testing.assert_allclose(got, want, rtol=1e-10, err_msg=label)
+    stats = interleaved_medians(
+        {label: Call(f, (xv,)) for label, f in functions.items()},
+        repeats=args.repeats,
+        batch_seconds=args.batch_seconds,
+    )
+    target = stats['mode="JAX"']
+    rows = [
+        (
+            label,
+            format_seconds(s.median, "us"),
+            format_seconds(s.best, "us"),
+            format_ratio(s.median / target.median),
+            format_seconds(s.median - target.median, "us"),
+        )
+        for label, s in stats.items()
+    ]
+    table = markdown_table(
+        ["linker", "us per call", "best batch", 'x mode="JAX"', "over JAX"], rows
+    )
+    return (
+        "### Fixed cost: a graph that is one island\n\n32 chained wrapped calls "
+        "(`tanh`, a PyTensor `add` between each) on an 8-vector, value and "
+        f"gradient; outputs read as NumPy in both:\n\n{table}\n"
+    )
+
+
 # ------------------------------------------------------------------- main
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -309,6 +361,8 @@ def main(argv=None) -> None:
         machine_header(versions),
         "",
     ]
+    sections += [fixed_cost_table(args), ""]
+    print(sections[-2], flush=True)
     for name in args.models:
         models = {
             "ours": _models.MODELS[name](),

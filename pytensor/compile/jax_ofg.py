@@ -78,6 +78,7 @@ from pytensor.compile.jax_ofg_errors import (
     runtime_error_counts,
 )
 from pytensor.compile.jax_ofg_host import JaxHostOp
+from pytensor.compile.jax_ofg_import_hooks import JAX_BACKEND, after_import
 from pytensor.compile.jax_ofg_island_op import JaxIsland, JaxIslandFallbackWarning
 from pytensor.compile.jax_ofg_op import OpFromJax
 from pytensor.compile.jax_ofg_shapes import ShapeInferenceError
@@ -86,8 +87,6 @@ from pytensor.compile.jax_ofg_wrapper import SymbolicCallable, as_jax_op, not_a_
 from pytensor.compile.mode import optdb
 from pytensor.graph.replace import _vectorize_node
 from pytensor.graph.rewriting.basic import dfs_rewriter
-from pytensor.link.jax.dispatch import jax_funcify
-from pytensor.link.jax.dispatch.jax_ofg import jax_funcify_OpFromJax
 from pytensor.link.numba.dispatch import jax_ofg as numba_dispatch
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.tensor.basic import _as_tensor_variable
@@ -128,10 +127,12 @@ def install() -> None:
 
     1. **JAX float64**: ``jax_enable_x64`` on. PyTensor types carry explicit
        dtypes; without x64, JAX would silently turn float64 into float32 and
-       int64 into int32. (PyTensor's JAX backend, imported above, sets it from
-       ``floatX`` when first imported: this runs after it and wins.)
-    2. **Linkers**: the JAX lowering of :class:`OpFromJax` (``jax_funcify``);
-       the Numba lowering of every :class:`~pytensor.compile.jax_ofg_host.JaxHostOp`
+       int64 into int32.
+    2. **Linkers**: the JAX lowering of :class:`OpFromJax` (``jax_funcify``),
+       registered when PyTensor's JAX backend is first imported -- it takes
+       about a second, and a process whose programs the trace cache serves
+       never needs it (:mod:`~pytensor.compile.jax_ofg_import_hooks`); the
+       Numba lowering of every :class:`~pytensor.compile.jax_ofg_host.JaxHostOp`
        (``numba_funcify`` with cache keys), whose compiled bodies live in a
        module put in ``sys.modules``.
     3. **Graphs**: ``vectorize_graph`` of an :class:`OpFromJax` is a
@@ -163,7 +164,7 @@ def install() -> None:
 
         jax.config.update("jax_enable_x64", True)
 
-        jax_funcify.register(OpFromJax)(jax_funcify_OpFromJax)
+        after_import(JAX_BACKEND, _register_jax_lowering)
         register_funcify_and_cache_key(JaxHostOp)(
             numba_dispatch.numba_funcify_JaxHostOp
         )
@@ -187,6 +188,19 @@ def install() -> None:
         jax_ofg_trace_cache.add_config_flag()
 
         logging.getLogger(CALLBACK_LOGGER).addFilter(MuteCallbackLogs())
+
+
+def _register_jax_lowering(backend) -> None:
+    """Register the JAX lowering of :class:`OpFromJax`, once PyTensor's JAX backend is in.
+
+    Imported here, not at the top: importing the module imports the backend.
+    The backend sets ``jax_enable_x64`` from ``floatX`` when imported: x64 is
+    set again.
+    """
+    from pytensor.link.jax.dispatch.jax_ofg import jax_funcify_OpFromJax
+
+    backend.jax_funcify.register(OpFromJax)(jax_funcify_OpFromJax)
+    jax.config.update("jax_enable_x64", True)
 
 
 def _register_rewrites() -> None:

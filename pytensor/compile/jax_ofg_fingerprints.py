@@ -1327,49 +1327,27 @@ def _file_digest(path: str) -> str:
 
 
 def project_files() -> dict[str, str]:
-    """This project's modules, by name, with the files they are (or would be) imported from.
+    """This project's modules, by name, with their files: the copy this module is in.
 
-    A module already imported counts by its own file; one not imported yet by
-    the first file along its package's ``__path__``, as an import would find.
+    Found beside this file, whatever is imported yet (importing a module to
+    ask where it is would import PyTensor's JAX backend with our JAX
+    dispatch: a second of start-up).
 
     >>> "pytensor.compile.jax_ofg_fingerprints" in project_files()
     True
     """
-    files = {}
-    for name, path in _project_candidates().items():
-        file = getattr(sys.modules.get(name), "__file__", None)
-        files[name] = file if file and file.endswith(".py") else path
-    return files
+    return dict(_project_files())
 
 
 @functools.cache
-def _project_candidates() -> dict[str, str]:
-    """The project's module files found along the package paths (looked up once)."""
-    import pytensor
-
-    files: dict[str, str] = {}
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if file and file.endswith(".py") and _PROJECT_MODULE.fullmatch(name):
-            files[name] = file
+def _project_files() -> tuple[tuple[str, str], ...]:
+    root = Path(__file__).resolve().parents[2]
+    files = []
     for folder, pattern in _PROJECT_GLOBS:
-        for package, folders in _packages(pytensor, folder).items():
-            for package_folder in folders:
-                for path in sorted(Path(package_folder).glob(pattern)):
-                    files.setdefault(f"{package}.{path.stem}", str(path))
-    return dict(sorted(files.items()))
-
-
-def _packages(pytensor: types.ModuleType, folder: str) -> dict[str, list[str]]:
-    """The packages matching ``folder`` (a glob), each with its folders in import order."""
-    packages: dict[str, list[str]] = {}
-    for root in pytensor.__path__:
-        for match in sorted(Path(root).glob(folder)):
-            package = "pytensor." + ".".join(match.relative_to(root).parts)
-            module = sys.modules.get(package)
-            paths = [str(p) for p in getattr(module, "__path__", None) or ()]
-            packages.setdefault(package, paths or [str(match)])
-    return packages
+        for path in sorted((root / "pytensor").glob(f"{folder}/{pattern}")):
+            name = ".".join(path.relative_to(root).with_suffix("").parts)
+            files.append((name, str(path)))
+    return tuple(sorted(files))
 
 
 def describe_environment() -> str:

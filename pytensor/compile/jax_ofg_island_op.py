@@ -28,6 +28,7 @@ import pytensor.tensor as pt
 from pytensor.compile.builders import FinalizedOpFromGraph, construct_nominal_fgraph
 from pytensor.compile.jax_ofg_errors import RaisedWhile, mark, raised_while
 from pytensor.compile.jax_ofg_host import JaxHostOp
+from pytensor.compile.jax_ofg_import_hooks import jax_backend
 from pytensor.compile.jax_ofg_op import OpFromJax
 from pytensor.compile.jax_ofg_transforms import SharedPullbacks
 from pytensor.compile.mode import get_default_mode, optdb
@@ -35,7 +36,6 @@ from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
-from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.shape import specify_shape
 
@@ -328,7 +328,7 @@ class _Lowering:
         self.pullbacks = SharedPullbacks(
             [n for n in fgraph.toposort() if isinstance(n.op, OpFromJax)]
         )
-        self.function = jax_funcify(
+        self.function = jax_backend().jax_funcify(
             fgraph,
             fgraph_name="jax_island",
             jax_ofg_pullbacks=self.pullbacks if self.pullbacks else None,

@@ -26,8 +26,6 @@ Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` calls both
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import logging
 import multiprocessing
 import sys
@@ -38,6 +36,7 @@ from typing import Any
 from pytensor.compile import jax_ofg_fork
 from pytensor.compile.jax_ofg_errors import report
 from pytensor.compile.jax_ofg_host import graph_holds_jax_ops, wrapped_functions_in
+from pytensor.compile.jax_ofg_import_hooks import after_import
 
 
 __all__ = [
@@ -141,37 +140,10 @@ def patch_pymc_module(module: ModuleType) -> bool:
     return True
 
 
-class _PatchPyMCOnImport(importlib.abc.MetaPathFinder):
-    """Patches PyMC's sampling modules right after they are first imported."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in PYMC_SAMPLING_MODULES:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        loader = getattr(spec, "loader", None)
-        if not callable(getattr(loader, "exec_module", None)):
-            return None  # leave it to the other finders, unpatched
-        exec_module = loader.exec_module
-
-        def exec_and_patch(module: ModuleType) -> None:
-            exec_module(module)
-            patch_pymc_module(module)
-
-        loader.exec_module = exec_and_patch  # this module's own loader only
-        return spec
-
-
 def install_pymc_start_method_choice() -> None:
     """Patch PyMC's sampling modules now, or when they are imported."""
-    pending = False
     for name in PYMC_SAMPLING_MODULES:
-        module = sys.modules.get(name)
-        if module is None:
-            pending = True
-        else:
-            patch_pymc_module(module)
-    if pending and not any(isinstance(f, _PatchPyMCOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchPyMCOnImport())
+        after_import(name, patch_pymc_module)
 
 
 # --------------------------------------------------------------------------

@@ -46,15 +46,17 @@ import weakref
 from collections.abc import Iterable, Sequence
 
 import pytensor.tensor as pt
+from pytensor.compile import jax_ofg_trace_cache as trace_cache
 from pytensor.compile.jax_ofg_dims import evaluate_values, is_fixed
+from pytensor.compile.jax_ofg_import_hooks import jax_backend
 from pytensor.compile.jax_ofg_island_op import ISLANDS_REWRITE, JaxIsland
 from pytensor.compile.jax_ofg_op import OpFromJax
+from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, get_active_mode
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.graph.rewriting.reachability import ancestor_bitsets
-from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.link.jax.linker import JAXLinker
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.random.op import RandomVariable
@@ -66,6 +68,7 @@ __all__ = [
     "find_islands",
     "form_jax_islands",
     "islands_enabled",
+    "joinable_nodes",
     "joins_islands",
 ]
 
@@ -92,6 +95,37 @@ def joins_islands(node: Apply) -> bool:
     return _has_jax_lowering(node)
 
 
+def joinable_nodes(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[bool]:
+    """:func:`joins_islands` for each of ``nodes`` (``fgraph.toposort()``).
+
+    Kept in the trace cache by the graph's structure: probing the lowerings
+    needs PyTensor's JAX backend (about a second to import), which a later
+    process that compiles the same graph -- and is served its programs --
+    then never imports.
+    """
+    key = trace_cache.content_key("joinable", _structure(fgraph, nodes))
+    return trace_cache.memoized(
+        key, "joinable", lambda: list(map(joins_islands, nodes))
+    )
+
+
+def _structure(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[tuple]:
+    """What :func:`joins_islands` reads of a graph: ops, types, sources, constants."""
+    source: dict[Variable, tuple] = {
+        x: ("input", i, isinstance(x, SharedVariable), x.type)
+        for i, x in enumerate(fgraph.inputs)
+    }
+    rows = []
+    for k, node in enumerate(nodes):
+        inputs = tuple(
+            source.get(x) or ("constant", x.type, getattr(x, "data", None))
+            for x in node.inputs
+        )
+        rows.append((node.op, inputs, tuple(out.type for out in node.outputs)))
+        source.update({out: ("node", k, j) for j, out in enumerate(node.outputs)})
+    return rows
+
+
 #: Per node: its inputs when its lowering was probed, and the answer (the
 #: fusion rewrite and this one both ask, about mostly the same nodes).
 _LOWERING_PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -114,7 +148,7 @@ def _lowers(node: Apply) -> bool:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a lowering that warns is not faithful
-            jax_funcify(node.op, node=node)
+            jax_backend().jax_funcify(node.op, node=node)
     except Exception:
         return False
     return True
@@ -275,7 +309,7 @@ class FormJaxIslands(GraphRewriter):
         seeds = [isinstance(node.op, OpFromJax) for node in nodes]
         if not any(seeds):
             return
-        islands = find_islands(fgraph, nodes, map(joins_islands, nodes), seeds)
+        islands = find_islands(fgraph, nodes, joinable_nodes(fgraph, nodes), seeds)
         for island in islands:
             inputs, outputs = island_boundary(fgraph, island)
             if not outputs or not all(

@@ -41,7 +41,7 @@ from pytensor.graph.traversal import ancestors
 from pytensor.tensor.rewriting.jax_ofg_form_islands import (
     find_islands,
     islands_enabled,
-    joins_islands,
+    joinable_nodes,
 )
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorConstant
@@ -79,7 +79,7 @@ class IslandPlan:
                 nodes = self.fgraph.toposort()
                 seeds = [isinstance(n.op, OpFromJax) for n in nodes]
                 islands = find_islands(
-                    self.fgraph, nodes, map(joins_islands, nodes), seeds
+                    self.fgraph, nodes, joinable_nodes(self.fgraph, nodes), seeds
                 )
                 for k, island in enumerate(islands):
                     self._island_of.update(dict.fromkeys(island, k))
