@@ -22,7 +22,7 @@ Registers nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -31,7 +31,7 @@ import numpy as np
 from pytensor.compile import jax_ofg_trace_cache as trace_cache
 
 
-__all__ = ["jit_through_trace_cache"]
+__all__ = ["holds_host_callbacks", "jit_through_trace_cache"]
 
 #: Stored in place of a program that cannot be exported.
 NOT_EXPORTABLE = "not exportable"
@@ -94,12 +94,16 @@ def jit_through_trace_cache(
             x if i in static else jax.ShapeDtypeStruct(x.shape, x.dtype)
             for i, x in enumerate(inputs)
         ]
+        # JAX's own jit trace, cached: the export and the call below reuse it.
+        # A program with host callbacks cannot be exported: found here, in
+        # the trace, before the export lowers it for nothing.
+        if holds_host_callbacks(jitted.trace(*specs).jaxpr):
+            trace_cache.store(key, "program", NOT_EXPORTABLE)
+            return jitted(*inputs)
         try:
-            # The trace is JAX's own jit trace: a refused export leaves it
-            # cached for the call below.
             exported = jax.export.export(jitted)(*specs)
             blob = exported.serialize()
-        except Exception:  # host callbacks, or no flatbuffers to serialize
+        except Exception:  # another refusal, or no flatbuffers to serialize
             trace_cache.store(key, "program", NOT_EXPORTABLE)
             return jitted(*inputs)
         trace_cache.store(
@@ -113,3 +117,38 @@ def jit_through_trace_cache(
         return exported.call(*dynamic)
 
     return jax.jit(traced_or_loaded, static_argnums=static)
+
+
+def _primitives(jaxpr: Any) -> Iterator[str]:
+    """The names of the primitives of a (closed) jaxpr, sub-jaxprs included."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for equation in jaxpr.eqns:
+        yield equation.primitive.name
+        for parameter in equation.params.values():
+            for value in (
+                parameter if isinstance(parameter, tuple | list) else (parameter,)
+            ):
+                if hasattr(value, "eqns") or hasattr(
+                    getattr(value, "jaxpr", None), "eqns"
+                ):
+                    yield from _primitives(value)
+
+
+def holds_host_callbacks(jaxpr: Any) -> bool:
+    """Whether a jaxpr calls back into Python (which :mod:`jax.export` refuses).
+
+    ``jax.pure_callback``, ``io_callback``, ``jax.debug.callback`` and
+    ``jax.debug.print``; equinox's runtime checks are pure callbacks.
+
+    >>> import jax.numpy as jnp
+    >>> def checked(x):
+    ...     jax.debug.print("x = {}", x)
+    ...     return 2 * x
+    >>> holds_host_callbacks(jax.make_jaxpr(checked)(1.0))
+    True
+    >>> holds_host_callbacks(jax.make_jaxpr(jnp.sin)(1.0))
+    False
+    """
+    return any(
+        "callback" in name or name == "debug_print" for name in _primitives(jaxpr)
+    )
