@@ -191,10 +191,64 @@ def seir_wrap_jax() -> pm.Model:
     return theirs
 
 
+def boarding_school() -> pm.Model:
+    """Stan's SIR case study (``examples/boarding_school_sir.py``), as its example builds it."""
+    import boarding_school_sir as case_study
+
+    return case_study.build_model()
+
+
+def boarding_school_pytensor(steps_per_day: int = 20) -> pm.Model:
+    """The same model in pure PyTensor: fixed-step RK4 in ``pytensor.scan``."""
+    import boarding_school_sir as case_study
+
+    dt = 1.0 / steps_per_day
+    n_steps = int(case_study.DAYS[-1] * steps_per_day)
+
+    def trajectory(beta, gamma):
+        def rhs(y):
+            infection = beta * y[1] * y[0] / case_study.N
+            recovery = gamma * y[1]
+            return pt.stack([-infection, infection - recovery, recovery])
+
+        def step(y):
+            k1 = rhs(y)
+            k2 = rhs(y + dt / 2 * k1)
+            k3 = rhs(y + dt / 2 * k2)
+            k4 = rhs(y + dt * k3)
+            return y + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+        states = pytensor.scan(
+            step,
+            outputs_info=[pt.as_tensor(case_study.Y0)],
+            n_steps=n_steps,
+            return_updates=False,
+        )
+        return states[steps_per_day - 1 :: steps_per_day]  # days 1..14
+
+    with pm.Model(coords={"day": case_study.DAYS.astype(int)}) as model:
+        beta = pm.TruncatedNormal("beta", mu=2.0, sigma=1.0, lower=0.0)
+        gamma = pm.TruncatedNormal("gamma", mu=0.4, sigma=0.5, lower=0.0)
+        phi_inv = pm.Exponential("phi_inv", lam=5.0)
+        y = trajectory(beta, gamma)
+        pm.NegativeBinomial(
+            "cases",
+            mu=y[:, 1],
+            alpha=1.0 / phi_inv,
+            observed=case_study.CASES,
+            dims="day",
+        )
+        pm.Deterministic("R0", beta / gamma)
+        pm.Deterministic("recovery_time", 1.0 / gamma)
+    return model
+
+
 MODELS: dict[str, Callable[[], pm.Model]] = {
     "sir": sir,
     "sir_wrap_jax": sir_wrap_jax,
     "sir_pytensor": sir_pytensor,
     "seir": seir,
     "seir_wrap_jax": seir_wrap_jax,
+    "boarding_school": boarding_school,
+    "boarding_school_pytensor": boarding_school_pytensor,
 }

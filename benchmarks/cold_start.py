@@ -1,30 +1,33 @@
-"""Cold start: a fresh process's time to the first ``logp_dlogp`` value, first and second run.
+"""Cold start: fresh processes, their first and second run, and compile-time scaling.
 
 PyTensor caches compiled Numba code under its ``compiledir``; this package
-makes graphs holding its ops cacheable there too and puts JAX's persistent
-compilation cache next to it. Each model is run in a fresh process twice in a
+makes graphs holding its ops cacheable there too, puts JAX's persistent
+compilation cache next to it, and keeps the traces of wrapped functions
+there (the trace cache). Every run below is a fresh process, run twice in a
 row with a fresh, shared ``base_compiledir`` (the second run is what every
-notebook restart, script run and sampler worker pays), broken down into:
+notebook restart, script run and sampler worker pays):
 
-* **import**: ``pymc``, ``pytensor``, this package and the model's JAX code;
-* **build**: the PyMC model (for ours: wrapping, i.e. shape traces);
-* **rewrite** and **link**: ``model.logp_dlogp_function()`` (PyTensor's rewrites,
-  then Numba compiling or loading the graph), from PyTensor's compile profile;
-* **first call**: the first evaluation (JAX traces the wrapped functions and
-  XLA compiles, or loads, the programs).
-
-Models: ``sir`` (the islands benchmark's SIR model: 8 interpolated knots,
-diffrax Tsit5 + PID, 50 days, NB likelihood) with ``as_jax_op``, with
-``pytensor.wrap_jax``, and as a pure-PyTensor model of the same epidemic
-(fixed-step RK4 in ``pytensor.scan``, linear interpolation); ``seir`` (the main
-job's model) with ``as_jax_op`` and ``wrap_jax``. Finally the wall time of a
-short ``pm.sample(nuts_sampler="pymc", cores=2, mp_ctx="forkserver")`` run of
-the SIR model, twice (its two workers each start a process).
+1. **Stan's SIR case study through nutpie** (``pm.sample()``'s path): imports,
+   build, ``nutpie.compile_pymc_model``, the first draw, 4 chains of 1000 +
+   1000; ours with equinox's default checks (their programs cannot be
+   exported, so JAX traces them in every process), ours with
+   ``EQX_ON_ERROR=nan`` (programs cached), and the same model in pure
+   PyTensor (scan RK4), whose difference is our start-up overhead.
+2. **The first ``logp_dlogp`` value** of each model, by phase: imports, build
+   (for ours: wrapping, i.e. shape traces), PyTensor's rewrites and link
+   (Numba compiling or loading), the first call (JAX traces and XLA compiles,
+   or loads); with ``as_jax_op``, ``mode="JAX"``, ``pytensor.wrap_jax`` and
+   pure PyTensor. ``sir``: the islands benchmark's SIR model; ``seir``: the
+   main job's.
+3. **Compile time against the number of wrapped calls** (32, 64, 128 chained
+   calls), default linker against ``mode="JAX"``, cold caches.
+4. Where a first process's build and compile go (cProfile shares), and the
+   wall time of a short ``pm.sample(nuts_sampler="pymc", cores=2)`` run.
 
 Run::
 
-    .venv/bin/python benchmarks/cold_start.py            # ~6 minutes
-    .venv/bin/python benchmarks/cold_start.py --quick    # sir only
+    .venv/bin/python benchmarks/cold_start.py            # ~20 minutes
+    .venv/bin/python benchmarks/cold_start.py --quick    # no SEIR
 
 Results are printed and written to ``benchmarks/results/cold_start.md``.
 """
@@ -63,11 +66,17 @@ from pytensor.compile.debug.profiling import ProfileStats
 import _models as models
 imported = time.perf_counter()
 model = models.MODELS[{model!r}]()
+if {mode!r} == "JAX":  # as numpyro and nutpie's JAX backend compile it
+    from pymc.model.transform.optimization import freeze_dims_and_data
+    model = freeze_dims_and_data(model)
 built = time.perf_counter()
 profile = ProfileStats(atexit_print=False)
-f = model.logp_dlogp_function(ravel_inputs=True, profile=profile)._pytensor_function
+f = model.logp_dlogp_function(
+    ravel_inputs=True, profile=profile, mode={mode!r}
+)._pytensor_function
 compiled = time.perf_counter()
-x = np.concatenate([np.ravel(v) for v in model.initial_point().values()])
+point = model.initial_point()
+x = np.concatenate([np.ravel(point[v.name]) for v in model.value_vars])
 value, gradient = f(x)
 called = time.perf_counter()
 print(json.dumps(dict(
@@ -128,6 +137,90 @@ for (path, line, name), (cc, nc, tt, ct, callers) in stats.stats.items():
 print(json.dumps(found))
 """
 
+#: The case study through nutpie, as ``pm.sample()`` runs it: phases from the
+#: first line of the script to the posterior.
+NUTPIE = """
+import time
+start = time.perf_counter()
+import os, sys
+sys.path[:0] = [{root!r}, {here!r}, {examples!r}]
+if {in_checkout!r}:
+    import conftest
+import numpy as np
+import nutpie
+import pymc as pm
+import _models as models
+imported = time.perf_counter()
+model = models.MODELS[{model!r}]()
+built = time.perf_counter()
+compiled = nutpie.compile_pymc_model(model)
+compiled_at = time.perf_counter()
+nutpie.sample(compiled, draws=1, tune=1, chains=1, seed=1, progress_bar=False)
+first_draw = time.perf_counter()
+trace = nutpie.sample(
+    compiled, draws=1000, tune=1000, chains=4, seed=1, progress_bar=False
+)
+sampled = time.perf_counter()
+posterior = trace.posterior if hasattr(trace, "posterior") else trace["posterior"]
+print(json.dumps(dict(
+    imports=imported - start, build=built - imported,
+    compile=compiled_at - built, first_draw=first_draw - compiled_at,
+    to_first_draw=first_draw - start, sampling=sampled - first_draw,
+    total=sampled - start, beta=float(posterior["beta"].mean()),
+)))
+"""
+
+#: (label, model, environment) of the nutpie runs.
+NUTPIE_RUNS = [
+    ("as_jax_op (diffrax, equinox's checks raise)", "boarding_school", {}),
+    (
+        "as_jax_op, EQX_ON_ERROR=nan (programs cached)",
+        "boarding_school",
+        {"EQX_ON_ERROR": "nan"},
+    ),
+    ("pure PyTensor (scan RK4, dt = 0.05 day)", "boarding_school_pytensor", {}),
+]
+
+NUTPIE_PHASES = ["imports", "build", "compile", "first_draw", "to_first_draw", "total"]
+
+
+def nutpie_table(folder: Path) -> tuple[str, dict]:
+    """The case study through nutpie: cold compiledir and second process."""
+    results = {}
+    for label, model, env in NUTPIE_RUNS:
+        compiledir = folder / f"cache-nutpie-{len(results)}"
+        script = folder / f"nutpie_{len(results)}.py"
+        runs = [
+            run_child(fill(NUTPIE, model=model), compiledir, script, env=env)
+            for _ in range(2)
+        ]
+        results[label] = runs
+        print("nutpie", label, json.dumps(runs), flush=True)
+    pure = results[NUTPIE_RUNS[-1][0]]
+    rows = []
+    for label, runs in results.items():
+        for process, run, reference in zip(("cold", "second"), runs, pure):
+            over = run["to_first_draw"] - reference["to_first_draw"]
+            over_after_imports = over - (run["imports"] - reference["imports"])
+            rows.append(
+                [label, process]
+                + [f"{run[p]:.2f}" for p in NUTPIE_PHASES]
+                + [f"{over:+.2f}", f"{over_after_imports:+.2f}"]
+            )
+    table = markdown_table(
+        [
+            "model",
+            "process",
+            *(f"{p} (s)" for p in NUTPIE_PHASES),
+            "over pure, to first draw (s)",
+            "same, imports aside (s)",
+        ],
+        rows,
+        numeric_from=2,
+    )
+    return table, results
+
+
 #: Compile time against the number of wrapped calls: a chain of N calls with a
 #: PyTensor node between each, value and gradient, in a fresh process with
 #: cold caches (fresh compiledir, no persistent XLA cache).
@@ -161,9 +254,15 @@ print(json.dumps(dict(
 
 SCALING_CALLS = (32, 64, 128)
 
+#: (model, mode) pairs, by benchmark selection; None is PyTensor's default mode.
 RUNS = {
-    "sir": ["sir", "sir_wrap_jax", "sir_pytensor"],
-    "seir": ["seir", "seir_wrap_jax"],
+    "sir": [
+        ("sir", None),
+        ("sir", "JAX"),
+        ("sir_wrap_jax", None),
+        ("sir_pytensor", None),
+    ],
+    "seir": [("seir", None), ("seir", "JAX"), ("seir_wrap_jax", None)],
 }
 LABELS = {
     "sir": "SIR, as_jax_op",
@@ -172,6 +271,12 @@ LABELS = {
     "seir": "SEIR (main job), as_jax_op",
     "seir_wrap_jax": "SEIR (main job), pytensor.wrap_jax",
 }
+
+
+def label(name: str, mode: str | None) -> str:
+    return LABELS[name] + (', mode="JAX"' if mode == "JAX" else "")
+
+
 PHASES = ["imports", "build", "rewrite", "link", "first_call", "total"]
 
 
@@ -207,18 +312,20 @@ def fill(source: str, **values) -> str:
     return source.format(**common, **values)
 
 
-def measure(names: list[str], folder: Path) -> dict[str, list[dict]]:
+def measure(runs: list[tuple[str, str | None]], folder: Path) -> dict[str, list[dict]]:
     results = {}
-    for name in names:
-        compiledir = folder / f"cache-{name}"
-        script = folder / f"run_{name}.py"
-        runs = [
-            run_child(fill(CHILD, model=name), compiledir, script) for _ in range(2)
+    for name, mode in runs:
+        tag = f"{name}-{mode or 'default'}"
+        compiledir = folder / f"cache-{tag}"
+        script = folder / f"run_{tag}.py"
+        pair = [
+            run_child(fill(CHILD, model=name, mode=mode), compiledir, script)
+            for _ in range(2)
         ]
-        if abs(runs[0]["value"] - runs[1]["value"]) > 1e-9 * abs(runs[0]["value"]):
-            raise AssertionError(f"{name}: the two processes disagree: {runs}")
-        results[name] = runs
-        print(name, json.dumps(runs), flush=True)
+        if abs(pair[0]["value"] - pair[1]["value"]) > 1e-9 * abs(pair[0]["value"]):
+            raise AssertionError(f"{tag}: the two processes disagree: {pair}")
+        results[label(name, mode)] = pair
+        print(tag, json.dumps(pair), flush=True)
     return results
 
 
@@ -270,7 +377,7 @@ def phase_table(results: dict[str, list[dict]]) -> str:
     for name, (first, second) in results.items():
         for label, run in (("1st", first), ("2nd", second)):
             rows.append(
-                [f"{LABELS[name]}", label]
+                [name, label]
                 + [f"{run[p]:.2f}" for p in PHASES]
                 + [
                     format_ratio(second["total"] / first["total"])
@@ -289,9 +396,10 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the SIR models only")
     parser.add_argument("--no-sampling", action="store_true")
+    parser.add_argument("--no-nutpie", action="store_true")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
-    names = RUNS["sir"] + ([] if args.quick else RUNS["seir"])
+    runs = RUNS["sir"] + ([] if args.quick else RUNS["seir"])
     import jax
     import pymc
 
@@ -306,32 +414,60 @@ def main(argv=None) -> None:
     )
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
-        results = measure(names, folder)
         sections = [
-            "# Cold start: fresh process to the first `logp_dlogp` value",
+            "# Cold start: fresh processes, first and second run",
             "",
             f"`python benchmarks/cold_start.py{' --quick' if args.quick else ''}`; "
-            "each model twice in a row, in fresh processes sharing a fresh "
-            "`base_compiledir`. Seconds; `rewrite` and `link` from PyTensor's "
-            "compile profile.",
+            "each run twice in a row, in fresh processes sharing a fresh "
+            "`base_compiledir` (the second is what every notebook restart, "
+            "script run and worker pays). Seconds.",
             "",
             header,
+            "",
+        ]
+        if not args.no_nutpie:
+            table, _ = nutpie_table(folder)
+            sections += [
+                "## Stan's SIR case study through nutpie (`pm.sample()`)",
+                "",
+                "From the script's first line: imports, the model's build, "
+                "`nutpie.compile_pymc_model`, the first draw (one chain, one "
+                "step), then 4 chains of 1000 + 1000 (`total`). The last two "
+                "columns: time to the first draw over the pure-PyTensor "
+                "model's in the same kind of process, and the same without "
+                "the difference in imports (JAX, diffrax, equinox: the "
+                "model's own, which the pure model does not import).",
+                "",
+                table,
+                "",
+            ]
+        results = measure(runs, folder)
+        sections += [
+            "## Fresh process to the first `logp_dlogp` value",
+            "",
+            "`rewrite` and `link` from PyTensor's compile profile; "
+            '`mode="JAX"` compiles the model frozen with '
+            "`freeze_dims_and_data`, as numpyro and nutpie's JAX backend do.",
             "",
             phase_table(results),
             "",
         ]
-        ours, pure = results["sir"][1]["total"], results["sir_pytensor"][1]["total"]
+        ours = results[label("sir", None)]
+        pure = results[label("sir_pytensor", None)]
+        wrap = results[label("sir_wrap_jax", None)]
         sections.append(
-            f"SIR, second process: ours / pure PyTensor = {format_ratio(ours / pure)}; "
-            f"ours / wrap_jax (first process) = "
-            f"{format_ratio(results['sir'][0]['total'] / results['sir_wrap_jax'][0]['total'])}."
+            "SIR, second process: ours / pure PyTensor = "
+            f"{format_ratio(ours[1]['total'] / pure[1]['total'])}; ours / "
+            "wrap_jax (first process) = "
+            f"{format_ratio(ours[0]['total'] / wrap[0]['total'])}."
         )
         sections += [
             "",
-            "Compile time against the number of wrapped calls (a chain of N "
-            "calls, a PyTensor node between each, value and gradient; fresh "
-            "process, cold caches, no persistent XLA cache; seconds from the "
-            "graph's build to the first value):",
+            "## Compile time against the number of wrapped calls",
+            "",
+            "A chain of N calls, a PyTensor node between each, value and "
+            "gradient; fresh process, cold caches, no persistent XLA cache; "
+            "seconds from the graph's build to the first value:",
             "",
             scaling_table(folder),
         ]
@@ -340,7 +476,9 @@ def main(argv=None) -> None:
         )
         sections += [
             "",
-            "Where a first process's graph build and compile go (SIR, as_jax_op; "
+            "## Where a first process's build and compile go",
+            "",
+            "SIR, as_jax_op; "
             "cumulative seconds under cProfile, which slows Python down, so read "
             "them as shares):",
             "",

@@ -83,7 +83,12 @@ from pytensor.compile.jax_ofg_island_op import JaxIsland, JaxIslandFallbackWarni
 from pytensor.compile.jax_ofg_op import OpFromJax
 from pytensor.compile.jax_ofg_shapes import ShapeInferenceError
 from pytensor.compile.jax_ofg_trace_cache import clear_trace_cache, trace_cache_info
-from pytensor.compile.jax_ofg_wrapper import SymbolicCallable, as_jax_op, not_a_tensor
+from pytensor.compile.jax_ofg_wrapper import (
+    JaxOpWrapper,
+    SymbolicCallable,
+    as_jax_op,
+    not_a_tensor,
+)
 from pytensor.compile.mode import optdb
 from pytensor.graph.replace import _vectorize_node
 from pytensor.graph.rewriting.basic import dfs_rewriter
@@ -116,6 +121,12 @@ __all__ = [
     "trace_cache_info",
 ]
 
+# Pickles name these classes by this module: loading one (a compiled function
+# in a worker process) imports it, and so runs install() before the graph is
+# compiled again there.
+for _public in (JaxIsland, JaxOpWrapper, OpFromJax, SymbolicCallable):
+    _public.__module__ = __name__
+
 _installed = False
 _install_lock = threading.Lock()
 
@@ -134,7 +145,8 @@ def install() -> None:
        never needs it (:mod:`~pytensor.compile.jax_ofg_import_hooks`); the
        Numba lowering of every :class:`~pytensor.compile.jax_ofg_host.JaxHostOp`
        (``numba_funcify`` with cache keys), whose compiled bodies live in a
-       module put in ``sys.modules``.
+       module put in ``sys.modules``; a graph that is one such op runs its
+       host function from a Python thunk instead of a Numba function.
     3. **Graphs**: ``vectorize_graph`` of an :class:`OpFromJax` is a
        ``jax.vmap`` (``_vectorize_node``); a :class:`SymbolicCallable` used as
        a tensor is a clear error (``as_tensor_variable``).
@@ -169,6 +181,7 @@ def install() -> None:
             numba_dispatch.numba_funcify_JaxHostOp
         )
         numba_dispatch.bodies_module()
+        numba_dispatch.install_direct_host_thunk()
 
         _vectorize_node.register(OpFromJax)(vectorize_op_from_jax)
         _as_tensor_variable.register(SymbolicCallable)(not_a_tensor)

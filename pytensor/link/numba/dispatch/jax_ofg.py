@@ -13,15 +13,20 @@ cache therefore always runs the function of the op being compiled now, never
 one from the process that wrote the cache; and the registry never lets two
 different ops of one process share a key.
 
+A graph that is one such op (a whole ``logp_dlogp`` made one island) skips
+Numba: its thunk calls the host function itself
+(:func:`install_direct_host_thunk`).
+
 Registered by :func:`pytensor.compile.jax_ofg.install`:
 :func:`numba_funcify_JaxHostOp` (with its cache key) for
 :class:`~pytensor.compile.jax_ofg_host.JaxHostOp` with PyTensor's
-``numba_funcify``, and the module of the compiled bodies in ``sys.modules``
-(:func:`bodies_module`).
+``numba_funcify``, the module of the compiled bodies in ``sys.modules``
+(:func:`bodies_module`), and the direct thunk in ``NumbaLinker``.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import types
@@ -36,10 +41,16 @@ from pytensor.compile.jax_ofg_fingerprints import digest, stable_key
 from pytensor.compile.jax_ofg_host import JaxHostOp, writable_outputs
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch.basic import get_numba_type, numba_njit
+from pytensor.link.utils import raise_with_op
 from pytensor.tensor.type import TensorType
 
 
-__all__ = ["bodies_module", "call_host_function", "numba_funcify_JaxHostOp"]
+__all__ = [
+    "bodies_module",
+    "call_host_function",
+    "install_direct_host_thunk",
+    "numba_funcify_JaxHostOp",
+]
 
 
 @dataclass
@@ -213,3 +224,68 @@ def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
 def _buffer_type(dtype: str) -> numba.types.Array:
     """A packed buffer: a read-only 1-d array (JAX's memory)."""
     return numba.types.Array(numba.from_dtype(np.dtype(dtype)), 1, "C", readonly=True)
+
+
+# ------------------------------------------------- a graph that is one island
+def install_direct_host_thunk() -> bool:
+    """Make the Numba linker run a graph that is one JAX op from a Python thunk.
+
+    A model's whole ``logp_dlogp`` is often one
+    :class:`~pytensor.compile.jax_ofg_island_op.JaxIsland`: a Numba function
+    around it would only enter object mode to call the island's host
+    function (a few microseconds per call, and its compilation at the first
+    call). The graph's thunk then calls the host function itself; the linker's
+    ``jit_fn`` stays the Numba function, for callers that take it (nutpie
+    compiles it into its own C callback). Returns whether it is installed
+    (``False`` when PyTensor's ``JITLinker`` has moved).
+    """
+    from pytensor.link.numba.linker import NumbaLinker
+
+    create = getattr(NumbaLinker, "create_jitable_thunk", None)
+    if not callable(create):
+        return False
+    if getattr(create, "runs_one_jax_op_directly", False):
+        return True
+
+    @functools.wraps(create)
+    def create_jitable_thunk(
+        self, compute_map, order, input_storage, output_storage, storage_map
+    ):
+        thunks, output_nodes, jit_fn = create(
+            self, compute_map, order, input_storage, output_storage, storage_map
+        )
+        direct = _direct_thunk(self.fgraph, list(order), storage_map, thunks)
+        return ([direct] if direct is not None else thunks), output_nodes, jit_fn
+
+    create_jitable_thunk.runs_one_jax_op_directly = True
+    NumbaLinker.create_jitable_thunk = create_jitable_thunk
+    return True
+
+
+def _direct_thunk(fgraph, order, storage_map, thunks) -> Callable | None:
+    """A thunk calling the host function of the graph's one JAX op, or None."""
+    if len(order) != 1 or len(thunks) != 1:
+        return None
+    (node,) = order
+    if not (
+        isinstance(node.op, JaxHostOp)
+        and list(node.inputs) == list(fgraph.inputs)
+        and all(out.owner is node for out in fgraph.outputs)
+    ):
+        return None
+    host_call = node.op.host_function(writable_outputs(node))
+    inputs = [storage_map[x] for x in node.inputs]
+    outputs = [storage_map[out] for out in node.outputs]
+    (numba_thunk,) = thunks
+
+    def thunk():
+        try:
+            values = host_call(*[cell[0] for cell in inputs])
+        except Exception:
+            raise_with_op(fgraph, node, thunk)
+        for cell, value in zip(outputs, values):
+            cell[0] = value
+
+    thunk.inputs, thunk.outputs = numba_thunk.inputs, numba_thunk.outputs
+    thunk.lazy = False
+    return thunk
