@@ -658,3 +658,24 @@ def test_pymc_model_samples_with_nutpie_through_the_island():
     # cos is even: the sign of theta[1] is not identified
     mean = np.abs(trace.posterior["theta"]).mean(("chain", "draw")).values
     np.testing.assert_allclose(mean, [0.7, 1.3], atol=0.1)
+
+
+def test_a_graph_that_is_one_island_runs_without_numba():
+    """The thunk calls the island's host function; Numba's function is not even compiled."""
+    from pytensor.link.numba.dispatch.jax_ofg import install_direct_host_thunk
+    from pytensor.link.numba.linker import NumbaLinker
+
+    assert install_direct_host_thunk()  # fails when PyTensor's JITLinker moves
+    assert NumbaLinker.create_jitable_thunk.runs_one_jax_op_directly
+    theta, logp = likelihood_graph()
+    f = compile_function([theta], [logp, pt.grad(logp, theta)], "NUMBA")
+    assert [type(op) for op in outer_ops(f)] == [JaxIsland]
+    want_value, want_gradient = jax.value_and_grad(reference_logp)(THETA)
+    value, gradient = f(THETA)
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    np.testing.assert_allclose(gradient, want_gradient, rtol=1e-10)
+    assert f.vm.jit_fn.signatures == []  # never called, so never compiled
+    # The Numba function stays, for callers that take it (nutpie).
+    numba_value, numba_gradient = f.vm.jit_fn(THETA)
+    np.testing.assert_allclose(numba_value, want_value, rtol=1e-12)
+    np.testing.assert_allclose(numba_gradient, want_gradient, rtol=1e-10)
