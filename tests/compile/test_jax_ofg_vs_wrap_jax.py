@@ -211,3 +211,109 @@ def test_compiled_numba_code_is_cacheable_only_with_as_jax_op():
             warnings.simplefilter("ignore")  # wrap_jax: Numba's object mode
             _, key = numba_funcify_and_cache_key(node.op, node=node)
         assert (key is not None) == cacheable
+
+
+def test_runtime_errors_name_the_function_only_with_as_jax_op():
+    import equinox as eqx
+
+    def checked_scale(x):
+        return eqx.error_if(x * 2.0, x.sum() > 3.0, "too large")
+
+    x = pt.vector("x", shape=(2,))
+    for wrap, names in ((as_jax_op, True), (pytensor.wrap_jax, False)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # wrap_jax's object-mode warning
+            f = pytensor.function([x], wrap(checked_scale)(x))
+        f(np.zeros(2))
+        with (
+            warnings.catch_warnings(),
+            pytest.raises(Exception, match="too large") as info,
+        ):
+            warnings.simplefilter("ignore")
+            f(np.ones(2) * 2)
+        assert ("checked_scale" in str(info.value)) is names
+
+
+def test_a_second_process_traces_again_only_with_wrap_jax(tmp_path):
+    """The trace cache on disk serves ours; wrap_jax traces in every process."""
+    (tmp_path / "wrapped.py").write_text(
+        "import jax.numpy as jnp\n"
+        "def traced(x):\n"
+        "    print('TRACED')\n"
+        "    return jnp.sum(jnp.sin(x))\n"
+    )
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        "import numpy as np, pytensor, pytensor.tensor as pt\n"
+        "from pytensor.compile.jax_ofg import as_jax_op\n"
+        "import wrapped\n"
+        "wrap = as_jax_op if sys.argv[1] == 'ours' else pytensor.wrap_jax\n"
+        "x = pt.vector('x', shape=(3,))\n"
+        "y = wrap(wrapped.traced)(x)\n"
+        "print(pytensor.function([x], [y, pt.grad(y, x)])(np.ones(3))[0])\n"
+    )
+    from _fresh_process import run_python
+
+    traces = {}
+    for which in ("ours", "wrap_jax"):
+        env = {"PYTENSOR_FLAGS": f"base_compiledir={tmp_path / which}"}
+        counts = []
+        for _ in range(2):
+            out = run_python([str(script), which], tmp_path, timeout=300, env=env)
+            counts.append(out.stdout.splitlines().count("TRACED"))
+        traces[which] = counts
+    assert traces["ours"][0] >= 1 and traces["ours"][1] == 0
+    assert traces["wrap_jax"][1] >= 1 and traces["wrap_jax"][1] == traces["wrap_jax"][0]
+
+
+def test_pymc_dims_models_are_one_xla_program_only_with_as_jax_op():
+    import pymc as pm
+
+    def scaled_walk(steps, weights):
+        return jnp.cumsum(steps) * weights
+
+    weights = np.linspace(1.0, 2.0, 6)
+    counts = {}
+    for label, wrap in (("ours", as_jax_op), ("wrap_jax", pytensor.wrap_jax)):
+        with pm.Model(coords={"t": np.arange(6)}) as model:
+            steps = pm.Normal("steps", 0, 1, dims="t")
+            sigma = pm.HalfNormal("sigma")
+            mean = wrap(scaled_walk)(steps, weights)
+            pm.Normal("y", mean, sigma, observed=np.ones(6), dims="t")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # wrap_jax's object-mode warning
+            f = model.logp_dlogp_function(ravel_inputs=True)._pytensor_function
+        counts[label] = len(f.maker.fgraph.apply_nodes)
+    assert counts["ours"] == 1
+    assert counts["wrap_jax"] > 3
+
+
+def test_a_global_edited_between_compiles_gives_the_new_value_only_with_as_jax_op(
+    tmp_path, monkeypatch
+):
+    """A notebook: a cell edits a global, the next compiles the same graph again."""
+    import importlib
+
+    (tmp_path / "edited_cell.py").write_text(
+        "import jax.numpy as jnp\nFACTOR = 2.0\n"
+        "def scaled(x):\n    return FACTOR * jnp.sin(x)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cell = importlib.import_module("edited_cell")
+    try:
+        x = pt.vector("x", shape=(3,))
+        xv = np.array([0.1, 0.2, 0.3])
+        for wrap, new in ((as_jax_op, 5.0), (pytensor.wrap_jax, 2.0)):
+            cell.FACTOR = 2.0
+            y = wrap(cell.scaled)(x).sum()
+            before = pytensor.function([x], y, mode="CVM")(xv)
+            cell.FACTOR = 5.0
+            after = pytensor.function([x], y, mode="CVM")(xv)
+            np.testing.assert_allclose(before, 2.0 * np.sin(xv).sum(), rtol=1e-12)
+            # wrap_jax's op keeps the program jitted when it first ran.
+            np.testing.assert_allclose(after, new * np.sin(xv).sum(), rtol=1e-12)
+            rebuilt = pytensor.function([x], wrap(cell.scaled)(x).sum(), mode="CVM")
+            np.testing.assert_allclose(rebuilt(xv), 5.0 * np.sin(xv).sum())
+    finally:
+        sys.modules.pop("edited_cell", None)
