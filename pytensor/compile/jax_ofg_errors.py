@@ -131,7 +131,7 @@ def report(
         setattr(error, _REPORTED, True)
         with _COUNTS_LOCK:
             count = _COUNTS[what] = _COUNTS.get(what, 0) + 1
-        core = core_message(str(error))
+        core = core_message(str(error)).rstrip(".")
         names = ", ".join(functions)
         line = f"{_PREFIX}{what} raised (wrapped: {names}): {core}.{hint} {ADVICE}"
         _put_in_message(error, line)
