@@ -1,0 +1,511 @@
+"""PyMC + JAX against Stan: the boarding-school SIR case study along every route.
+
+The model of Stan's case study "Bayesian workflow for disease transmission
+modeling in Stan" (``examples/boarding_school_sir.py``), fitted with 4 chains
+of 1000 tuning steps and 1000 draws along each route a modeller would pick:
+
+=================  ==========================================================
+``ours_nutpie``    ``as_jax_op`` (diffrax ``Dopri5``), ``pm.sample()``: nutpie
+``ours_pymc``      ``as_jax_op``, ``pm.sample(nuts_sampler="pymc", cores=2)``
+``ours_numpyro``   ``as_jax_op``, ``pm.sample(nuts_sampler="numpyro")``,
+                   chains in sequence
+``wrap_jax_nutpie`` ``pytensor.wrap_jax`` around the same diffrax solve,
+                   ``pm.sample()`` (this package not imported)
+``pm_ode``         PyMC's ``pm.ode.DifferentialEquation`` (SciPy's LSODA),
+                   ``pm.sample()``
+``stan``           the case study's Stan program (``ode_rk45``), PyStan 3
+=================  ==========================================================
+
+Each route runs in a fresh process (``_vs_stan_child.py``) twice: **cold**,
+with fresh caches (``PYTENSOR_FLAGS=base_compiledir=...``, which also holds
+this package's XLA cache, ``NUMBA_CACHE_DIR``, and for Stan
+``XDG_CACHE_HOME``: its first build), then a **second process** sharing them
+(Stan: the cached build). The diffrax routes run with diffrax's default step
+budget (``max_steps=4096``) and with Stan's (``max_num_steps=1e6``); the
+tolerances are Stan's ``ode_rk45`` defaults everywhere (rtol = atol = 1e-6).
+
+Per run: the whole fit (from process start to the posterior in memory: the
+parent's clock from starting the process to the child's first line, plus the
+child's clock from there), the compile and sampling phases, the smallest bulk
+ESS over beta, gamma, phi_inv, R0 and the recovery time, ESS per second of
+whole fit, the largest R-hat, divergences, and each posterior mean and sd.
+Every run's posterior must agree with Stan's (cached build): each mean within
+2 Monte Carlo standard errors of the difference, or within 3%.
+
+Run (PyStan 3 needed: ``pip install pystan`` or the project's ``stan``
+extra; it builds with the machine's C++ compiler)::
+
+    .venv/bin/python benchmarks/vs_stan.py                  # everything, ~1 hour
+    .venv/bin/python benchmarks/vs_stan.py --routes ours_nutpie,stan
+    .venv/bin/python benchmarks/vs_stan.py --quick          # 2 chains x (200 + 200)
+    .venv/bin/python benchmarks/vs_stan.py --report         # tables from stored runs
+
+Results are stored run by run in ``benchmarks/results/vs_stan.json`` (a run
+already stored is not run again unless ``--force``: an interrupted run
+resumes), and the tables are written to ``benchmarks/results/vs_stan.md``
+(``--quick``: ``vs_stan_quick.*``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT / "examples")]
+
+from _boarding_school_report import Reference, agrees  # noqa: E402
+from _timing import machine_header, markdown_table  # noqa: E402
+
+
+CHILD = HERE / "_vs_stan_child.py"
+PARAMETERS = ["beta", "gamma", "phi_inv", "R0", "recovery_time"]
+DIFFRAX_DEFAULT, STAN_BUDGET = 4096, 10**6
+
+
+@dataclass(frozen=True)
+class Route:
+    """A way to fit the model, and what it compiles where."""
+
+    label: str
+    compiled: str
+    budgets: tuple[int, ...] = (DIFFRAX_DEFAULT, STAN_BUDGET)
+
+
+ROUTES = {
+    "ours_nutpie": Route(
+        "`as_jax_op`, `pm.sample()` (nutpie)",
+        "model in Numba, the solve, its VJP and the likelihood one XLA program "
+        "(JAX island); NUTS in nutpie (Rust), chains in threads",
+    ),
+    "ours_pymc": Route(
+        '`as_jax_op`, `pm.sample(nuts_sampler="pymc", cores=2)`',
+        "as above; NUTS in Python, chains in 2 worker processes (forkserver), "
+        "each loading the compiled model",
+    ),
+    "ours_numpyro": Route(
+        '`as_jax_op`, `pm.sample(nuts_sampler="numpyro")`',
+        "model, solve and NUTS one XLA program (compiled in the sampling phase); "
+        "chains in sequence",
+    ),
+    "wrap_jax_nutpie": Route(
+        "`pytensor.wrap_jax`, `pm.sample()` (nutpie)",
+        "model in Numba; the solve and its VJP two XLA programs called in "
+        "Numba's object mode; no XLA cache on disk",
+    ),
+    "pm_ode": Route(
+        "`pm.ode.DifferentialEquation`, `pm.sample()` (nutpie)",
+        "model in Numba; SciPy's LSODA (Fortran) with forward sensitivities, "
+        "calling a compiled PyTensor vector field from Python at each step, "
+        "in Numba's object mode",
+        budgets=(0,),
+    ),
+    "stan": Route(
+        "Stan (`ode_rk45`), PyStan 3",
+        "the whole model and NUTS in C++ (stanc, then g++); chains in 4 processes",
+        budgets=(STAN_BUDGET,),
+    ),
+}
+PROCESSES = ("cold", "second")
+
+
+# ---------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------
+
+
+def run_child(
+    route: str, max_steps: int, cache: Path, settings: argparse.Namespace
+) -> dict:
+    """Run one route in a fresh process with its caches in ``cache``; never raise."""
+    env = {
+        **os.environ,
+        "PYTENSOR_FLAGS": f"base_compiledir={cache / 'pytensor'}",
+        "NUMBA_CACHE_DIR": str(cache / "numba"),
+        "XDG_CACHE_HOME": str(cache / "xdg"),
+    }
+    command = [
+        sys.executable,
+        str(CHILD),
+        route,
+        f"--max-steps={max_steps or DIFFRAX_DEFAULT}",
+        f"--draws={settings.draws}",
+        f"--tune={settings.tune}",
+        f"--chains={settings.chains}",
+        f"--seed={settings.seed}",
+    ]
+    spawned_at = time.time()
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=settings.timeout,
+            env=env,
+            cwd=cache,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {settings.timeout:.0f} s"}
+    process = time.perf_counter() - start
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines or not lines[-1].startswith("{"):
+        return {"error": done.stderr.strip()[-2000:] or f"exit {done.returncode}"}
+    result = json.loads(lines[-1])
+    result["phases"]["startup"] = result.pop("started_at") - spawned_at
+    result["phases"]["whole"] = result["phases"]["startup"] + result["phases"]["fit"]
+    result["phases"]["process"] = process
+    return result
+
+
+def run_pair(
+    route: str, max_steps: int, settings: argparse.Namespace, store: dict, path: Path
+) -> None:
+    """Cold and second process(es) of one route sharing fresh caches; stored as they end."""
+    with tempfile.TemporaryDirectory(prefix=f"vs_stan-{route}-") as folder:
+        cache = Path(folder)
+        keys = [key_of(route, max_steps, "cold")] + [
+            key_of(route, max_steps, "second", i) for i in range(settings.repeats)
+        ]
+        for key in keys:
+            print(f"--- {key}", flush=True)
+            result = run_child(route, max_steps, cache, settings)
+            store[key] = result
+            save(store, path)
+            print(describe(result), flush=True)
+            if "error" in result:
+                break
+
+
+def key_of(route: str, max_steps: int, process: str, repeat: int = 0) -> str:
+    suffix = f"#{repeat + 1}" if process == "second" else ""
+    return f"{route}|{max_steps}|{process}{suffix}"
+
+
+def describe(result: dict) -> str:
+    if "error" in result:
+        return "failed: " + result["error"].splitlines()[-1]
+    phases, summary = result["phases"], result["summary"]
+    means = ", ".join(f"{n} {summary[n]['mean']:.4g}" for n in PARAMETERS)
+    return (
+        f"whole {phases['whole']:.1f} s (compile {phases['compile']:.1f}, sampling "
+        f"{phases['sampling']:.1f}), min ESS {min_ess(result):.0f}, "
+        f"{result['divergences']} divergent; {means}"
+    )
+
+
+def save(store: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n")
+
+
+# ---------------------------------------------------------------------------
+# Reporting
+# ---------------------------------------------------------------------------
+
+
+def min_ess(result: dict) -> float:
+    return min(result["summary"][n]["ess_bulk"] for n in PARAMETERS)
+
+
+def max_r_hat(result: dict) -> float:
+    return max(result["summary"][n]["r_hat"] for n in PARAMETERS)
+
+
+def stan_reference(store: dict) -> tuple[str, dict[str, Reference]] | None:
+    """Stan's posterior: its cached-build run, else its first build."""
+    for key in (
+        key_of("stan", STAN_BUDGET, "second"),
+        key_of("stan", STAN_BUDGET, "cold"),
+    ):
+        result = store.get(key, {})
+        if "summary" in result:
+            return key, {
+                n: Reference(s["mean"], s["sd"], s["mcse_mean"])
+                for n, s in result["summary"].items()
+            }
+    return None
+
+
+def disagreements(result: dict, reference: dict[str, Reference]) -> list[str]:
+    """The parameters whose mean does not agree with Stan's."""
+    return [
+        name
+        for name in PARAMETERS
+        if not agrees(
+            result["summary"][name]["mean"],
+            result["summary"][name]["mcse_mean"],
+            reference[name],
+        )
+    ]
+
+
+def budget_label(route: str, max_steps: int) -> str:
+    if route == "pm_ode":
+        return "odeint's (500 per output)"
+    return (
+        f"{max_steps:.0e}".replace("e+0", "e") if max_steps >= 10**5 else str(max_steps)
+    )
+
+
+def runs_of(store: dict, route: str, max_steps: int) -> tuple[dict | None, list[dict]]:
+    """The cold run and the second-process runs of one route and budget."""
+    cold = store.get(key_of(route, max_steps, "cold"))
+    prefix = key_of(route, max_steps, "second", 0)[:-1]
+    seconds = [v for k, v in sorted(store.items()) if k.startswith(prefix)]
+    return cold, seconds
+
+
+def median_phase(runs: list[dict], phase: str) -> float:
+    values = [r["phases"][phase] for r in runs if "phases" in r]
+    return statistics.median(values) if values else math.nan
+
+
+def report(store: dict, settings: argparse.Namespace) -> str:
+    """The markdown tables of every stored run."""
+    reference = stan_reference(store)
+    stan_whole = math.nan
+    if reference:
+        stan_whole = store[reference[0]]["phases"]["whole"]
+    header = [
+        "route",
+        "max_steps",
+        "process",
+        "whole fit (s)",
+        "x Stan",
+        "compile (s)",
+        "sampling (s)",
+        "min bulk ESS",
+        "ESS/s",
+        "max R-hat",
+        "divergent",
+        "agrees with Stan",
+    ]
+    rows, posterior_rows, compiled_rows = [], [], []
+    for name, route in ROUTES.items():
+        for budget in route.budgets:
+            cold, seconds = runs_of(store, name, budget)
+            if cold is None:
+                continue
+            compiled_rows.append([route.label, route.compiled])
+            for process, runs in (("cold", [cold]), ("second", seconds)):
+                if not runs:
+                    continue
+                if any("error" in r for r in runs):
+                    error = next(r["error"] for r in runs if "error" in r)
+                    rows.append(
+                        [route.label, budget_label(name, budget), process]
+                        + ["failed: " + error.splitlines()[-1][:150]]
+                        + [""] * (len(header) - 4)
+                    )
+                    continue
+                whole = median_phase(runs, "whole")
+                run = runs[0]
+                disagree = disagreements(run, reference[1]) if reference else []
+                verdict = "yes" if not disagree else "NO: " + ", ".join(disagree)
+                if name == "stan" and reference and run is store[reference[0]]:
+                    verdict = "(reference)"
+                count = f" (median of {len(runs)})" if len(runs) > 1 else ""
+                rows.append(
+                    [
+                        route.label,
+                        budget_label(name, budget),
+                        process + count,
+                        f"{whole:.1f}",
+                        f"{whole / stan_whole:.2f}",
+                        f"{median_phase(runs, 'compile'):.1f}",
+                        f"{median_phase(runs, 'sampling'):.1f}",
+                        f"{min_ess(run):.0f}",
+                        f"{min_ess(run) / whole:.0f}",
+                        f"{max_r_hat(run):.3f}",
+                        str(run["divergences"]),
+                        verdict,
+                    ]
+                )
+                posterior_rows.append(
+                    [route.label, budget_label(name, budget), process]
+                    + [
+                        f"{run['summary'][n]['mean']:.4f} ± {run['summary'][n]['sd']:.4f}"
+                        f" ({run['summary'][n]['mcse_mean']:.4f})"
+                        for n in PARAMETERS
+                    ]
+                )
+    chains = {r.get("chains") for r in store.values() if "chains" in r}
+    draws = {(r.get("tune"), r.get("draws")) for r in store.values() if "draws" in r}
+    sections = [
+        "# PyMC + JAX against Stan: the boarding-school SIR case study",
+        "",
+        f"Command: `.venv/bin/python benchmarks/vs_stan.py{' --quick' if settings.quick else ''}`"
+        f" (chains: {sorted(chains)}, tuning + draws: {sorted(draws)}).",
+        "",
+        machine_header(versions()),
+        "",
+        markdown_table(header, rows, numeric_from=3),
+        "",
+        "* **whole fit**: from process start to the posterior in memory (imports, "
+        "model, compile, sampling); **x Stan**: over Stan's whole fit with its "
+        "cached build. **compile**: `pm.sample` before its sampling loop "
+        "(PyTensor rewrites, Numba, nutpie); for Stan `stan.build` (stanc and g++, "
+        "or loading the cached build). **sampling**: PyMC's `sampling_time` "
+        "(numpyro: XLA compiles the sampler in it; PyMC's NUTS: the two worker "
+        "processes start in it); Stan: `fit.sample`. **ESS/s**: min bulk ESS over "
+        "beta, gamma, phi_inv, R0 and recovery time, per second of whole fit.",
+        "* **agrees with Stan**: every posterior mean within 2 Monte Carlo standard "
+        "errors of the difference from Stan's (cached-build run), or within 3%.",
+        "* **cold**: fresh PyTensor compiledir (with this package's XLA cache), "
+        "Numba cache and httpstan cache (Stan's first build); **second**: a new "
+        "process with the same caches (Stan's cached build; httpstan's cache of "
+        "seeded fits is emptied first, so Stan samples again).",
+        "",
+        "Fair settings:",
+        "",
+        "* Tolerances: rtol = atol = 1e-6 everywhere (Stan's `ode_rk45` defaults), "
+        "except `pm.ode`, whose `odeint` call takes SciPy's defaults (1.49e-8) "
+        "and offers no way to change them. Solvers: Dormand-Prince 5(4) both in "
+        "Stan (Boost's `runge_kutta_dopri5`) and diffrax (`Dopri5`), first step "
+        "0.1; diffrax's error norm is an RMS over the states, Boost's a maximum.",
+        "* Step budget: diffrax's default `max_steps=4096` and Stan's "
+        "`max_num_steps=1e6`, both run for every diffrax route. A solve out of "
+        "steps is a rejected proposal in every route (diffrax with `throw=False`, "
+        "NaN: a non-finite log-density; Stan: an exception in the ODE solve).",
+        "* Gradients: Stan solves the forward sensitivities with the states "
+        "(error control over both); diffrax backpropagates through the solver's "
+        "steps (`RecursiveCheckpointAdjoint`); `pm.ode` solves forward "
+        "sensitivities with LSODA.",
+        "* Same priors, likelihood and sampling space (log transform of the three "
+        "positive parameters), seed 1978 for every route, default NUTS settings "
+        "(target acceptance 0.8 in Stan and nutpie... as each library sets it).",
+        "",
+        "What is compiled where:",
+        "",
+        markdown_table(
+            ["route", "compiled"],
+            list(dict.fromkeys(map(tuple, compiled_rows))),
+            numeric_from=2,
+        ),
+        "",
+        "Posterior mean ± sd (MCSE of the mean):",
+        "",
+        markdown_table(
+            ["route", "max_steps", "process", *PARAMETERS],
+            posterior_rows,
+            numeric_from=3,
+        ),
+    ]
+    return "\n".join(sections) + "\n"
+
+
+def versions() -> dict[str, str]:
+    names = [
+        "pymc",
+        "pytensor",
+        "jax",
+        "diffrax",
+        "nutpie",
+        "numpyro",
+        "pystan",
+        "httpstan",
+    ]
+    found = {}
+    for name in names:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    try:
+        compiler = subprocess.run(["g++", "--version"], capture_output=True, text=True)
+        found["g++"] = compiler.stdout.split("\n")[0].split()[-1]
+    except OSError:
+        pass
+    return found
+
+
+# ---------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--routes",
+        default=",".join(ROUTES),
+        help=f"comma-separated, from {','.join(ROUTES)} (default: all)",
+    )
+    parser.add_argument(
+        "--max-steps",
+        default=None,
+        help=f"comma-separated budgets of the diffrax routes (default "
+        f"{DIFFRAX_DEFAULT},{STAN_BUDGET})",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 chains of 200 + 200, into vs_stan_quick.*",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="second processes per route"
+    )
+    parser.add_argument("--force", action="store_true", help="re-run stored runs")
+    parser.add_argument("--report", action="store_true", help="only write the tables")
+    parser.add_argument("--seed", type=int, default=1978)
+    parser.add_argument(
+        "--timeout", type=float, default=3600, help="seconds per process"
+    )
+    settings = parser.parse_args(argv)
+    settings.chains, settings.tune, settings.draws = (
+        (2, 200, 200) if settings.quick else (4, 1000, 1000)
+    )
+    chosen = [r.strip() for r in settings.routes.split(",") if r.strip()]
+    unknown = sorted(set(chosen) - set(ROUTES))
+    if unknown:
+        parser.error(f"unknown route(s) {unknown}; choose from {list(ROUTES)}")
+    settings.routes = chosen
+    settings.budgets = (
+        [int(float(b)) for b in settings.max_steps.split(",")]
+        if settings.max_steps
+        else None
+    )
+    return settings
+
+
+def main(argv=None) -> None:
+    settings = parse_args(argv)
+    name = "vs_stan_quick" if settings.quick else "vs_stan"
+    json_path = HERE / "results" / f"{name}.json"
+    store = json.loads(json_path.read_text()) if json_path.exists() else {}
+    if not settings.report:
+        for route in settings.routes:
+            for budget in ROUTES[route].budgets:
+                if settings.budgets and budget and budget not in settings.budgets:
+                    continue
+                cold, seconds = runs_of(store, route, budget)
+                done = cold is not None and len(seconds) >= settings.repeats
+                failed = any("error" in r for r in [cold or {}, *seconds])
+                if done and not failed and not settings.force:
+                    print(
+                        f"--- {route}|{budget}: stored, skipped (--force runs it again)"
+                    )
+                    continue
+                run_pair(route, budget, settings, store, json_path)
+    text = report(store, settings)
+    print(text)
+    md_path = HERE / "results" / f"{name}.md"
+    md_path.write_text(text)
+    print(f"written to {md_path} (runs in {json_path})")
+
+
+if __name__ == "__main__":
+    main()
