@@ -159,3 +159,31 @@ def test_default_run_agrees_with_stan(example, tmp_path):
     # the data sit inside the 99% predictive intervals
     low, high = predicted.quantile([0.005, 0.995], dim=("chain", "draw")).values
     assert ((low <= example.CASES) & (high >= example.CASES)).all()
+
+
+def guide_block(language: str) -> str:
+    """The guide's "Coming from Stan" code block in ``language`` (stan or python)."""
+    guide = (ROOT / "doc" / "library" / "jax_ofg.rst").read_text()
+    section = guide[guide.index("Coming from Stan\n") :]
+    block = section[section.index(f".. code-block:: {language}\n") :].split("\n\n", 1)[
+        1
+    ]
+    lines = []
+    for line in block.splitlines():
+        if line and not line.startswith("   "):
+            break
+        lines.append(line[3:])
+    return "\n".join(lines).strip()
+
+
+def test_guide_pymc_model_is_the_examples(example):
+    """The guide's PyMC model has the example's log-density (its sampling is guarded)."""
+    namespace = {"__name__": "guide"}
+    exec(guide_block("python"), namespace)
+    guide, ours = namespace["model"], example.build_model()
+    point = {"beta_interval__": 0.3, "gamma_interval__": -0.5, "phi_inv_log__": -1.5}
+    assert [v.name for v in guide.value_vars] == list(point)
+    np.testing.assert_allclose(
+        guide.compile_logp()(point), ours.compile_logp()(point), rtol=1e-10
+    )
+    assert {v.name for v in guide.deterministics} == {"R0", "recovery_time"}

@@ -104,6 +104,35 @@ def test_every_route_has_the_same_log_density(example, benchmark_models):
         np.testing.assert_allclose(dlogp, ours_dlogp, rtol=100 * rtol, err_msg=name)
 
 
+def test_guide_stan_program_is_the_benchmarks(benchmark_models):
+    """The benchmark's program is the guide's, with ode_rk45's defaults spelled out."""
+    guide = [line.strip() for line in guide_block("stan").splitlines()]
+    benchmark = [line.strip() for line in benchmark_models.STAN_PROGRAM.splitlines()]
+    start = benchmark.index(
+        "array[n_days] vector[3] y = ode_rk45_tol(sir, y0, t0, ts, 1e-6, 1e-6, 1000000,"
+    )
+    assert benchmark[start + 1] == "beta, gamma, N);"
+    benchmark[start : start + 2] = [
+        "array[n_days] vector[3] y = ode_rk45(sir, y0, t0, ts, beta, gamma, N);"
+    ]
+    assert guide == [line for line in benchmark if line]
+
+
+def guide_block(language: str) -> str:
+    """The guide's "Coming from Stan" code block in ``language`` (stan or python)."""
+    guide = (ROOT / "doc" / "library" / "jax_ofg.rst").read_text()
+    section = guide[guide.index("Coming from Stan\n") :]
+    block = section[section.index(f".. code-block:: {language}\n") :].split("\n\n", 1)[
+        1
+    ]
+    lines = []
+    for line in block.splitlines():
+        if line and not line.startswith("   "):
+            break
+        lines.append(line[3:])
+    return "\n".join(lines).strip()
+
+
 def fake_run(route, means, *, whole=10.0, mcse=0.001):
     """A stored run as _vs_stan_child.py prints it (and vs_stan.run_child completes it)."""
     return {
