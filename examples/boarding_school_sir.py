@@ -25,12 +25,13 @@ posterior predictive cases over the data. The guide's "Coming from Stan"
 section (``doc/library/jax_ofg.rst``) puts the Stan program next to this
 model, line by line; ``benchmarks/vs_stan.py`` fits both, along every route.
 
-Run it with ``bash scripts/example`` style set-up (the project and its
-``examples`` extra installed), then::
+Run it in the environment ``bash scripts/example`` creates (``.venv``, with
+the project and its ``examples`` extra), or wherever the project is
+installed::
 
-    python examples/boarding_school_sir.py              # 4 chains of 1000 + 1000
-    python examples/boarding_school_sir.py --quick      # a smoke run (CI)
-    python examples/boarding_school_sir.py --sampler numpyro
+    .venv/bin/python examples/boarding_school_sir.py             # 4 chains of 1000 + 1000
+    .venv/bin/python examples/boarding_school_sir.py --quick     # a smoke run (CI)
+    .venv/bin/python examples/boarding_school_sir.py --sampler numpyro
 """
 
 import argparse

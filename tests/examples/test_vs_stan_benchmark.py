@@ -163,24 +163,28 @@ def test_report_checks_every_run_against_stan(vs_stan):
     store = {
         "stan|1000000|cold": fake_run("stan", stan, whole=50.0),
         "stan|1000000|second#1": fake_run("stan", stan, whole=25.0),
+        "stan|1000000|reference": fake_run("stan", stan, whole=99.0, mcse=1e-4),
         "ours_nutpie|4096|cold": fake_run("ours_nutpie", stan, whole=20.0),
         "ours_nutpie|4096|second#1": fake_run("ours_nutpie", off, whole=12.5),
-        "pm_ode|0|cold": {"error": "Traceback ...\nValueError: it broke"},
+        "pm_ode|0|cold": {"error": "Traceback ...\nValueError: it broke\n"},
     }
-    settings = vs_stan.parse_args([])
-    text = vs_stan.report(store, settings)
+    text = vs_stan.report(store, vs_stan.parse_args([]))
     rows = {
-        tuple(cell.strip() for cell in line.split("|")[1:4]): line
+        tuple(cell.strip() for cell in line.split("|")[1:4]): line.rstrip()
         for line in text.splitlines()
         if line.startswith("| ") and line.count("|") > 10
     }
-    ours = "`as_jax_op`, `pm.sample()` (nutpie)"
-    assert "(reference)" in rows[("Stan (`ode_rk45`), PyStan 3", "1e6", "second")]
-    assert "| 0.80 |" in rows[(ours, "4096", "cold")]  # 20 s / Stan's 25 s
-    assert rows[(ours, "4096", "cold")].rstrip().endswith("| yes |")
-    assert rows[(ours, "4096", "second")].rstrip().endswith("| NO: gamma |")
+    ours, theirs = "`as_jax_op`, `pm.sample()` (nutpie)", "Stan (`ode_rk45`), PyStan 3"
+    # x Stan: over Stan's whole fit in the same kind of process
+    assert "| 20.0 | 0.40 |" in rows[(ours, "4096", "cold")]
+    assert "| 12.5 | 0.50 |" in rows[(ours, "4096", "second")]
+    assert rows[(ours, "4096", "cold")].endswith("| yes |")
+    assert rows[(ours, "4096", "second")].endswith("| NO: gamma |")
+    assert rows[(theirs, "1e6", "second")].endswith("| yes |")
     failed = next(line for key, line in rows.items() if "pm.ode" in key[0])
     assert "failed: ValueError: it broke" in failed
+    assert "Reference: `stan|1000000|reference`: 4 chains" in text
+    assert "| Stan, reference: 4 x (1000 + 1000) |" in text
 
 
 def test_command_line(vs_stan):
