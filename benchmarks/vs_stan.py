@@ -16,13 +16,14 @@ of 1000 tuning steps and 1000 draws along each route a modeller would pick:
 ``stan``           the case study's Stan program (``ode_rk45``), PyStan 3
 =================  ==========================================================
 
-Each route runs in a fresh process (``_vs_stan_child.py``) twice: **cold**,
-with fresh caches (``PYTENSOR_FLAGS=base_compiledir=...``, which also holds
-this package's XLA cache, ``NUMBA_CACHE_DIR``, and for Stan
-``XDG_CACHE_HOME``: its first build), then a **second process** sharing them
-(Stan: the cached build). The diffrax routes run with diffrax's default step
-budget (``max_steps=4096``) and with Stan's (``max_num_steps=1e6``); the
-tolerances are Stan's ``ode_rk45`` defaults everywhere (rtol = atol = 1e-6).
+Each route runs in fresh processes (``_vs_stan_child.py``): **cold**, with
+fresh caches (``PYTENSOR_FLAGS=base_compiledir=...``, which also holds this
+package's XLA cache, ``NUMBA_CACHE_DIR``, and for Stan ``XDG_CACHE_HOME``:
+its first build), then **second processes** sharing them (Stan: the cached
+build; three by default, the table gives their medians). The diffrax routes
+run with diffrax's default step budget (``max_steps=4096``) and with Stan's
+(``max_num_steps=1e6``); the tolerances are Stan's ``ode_rk45`` defaults
+everywhere (rtol = atol = 1e-6).
 
 Per run: the whole fit (from process start to the posterior in memory: the
 parent's clock from starting the process to the child's first line, plus the
@@ -37,7 +38,8 @@ within 3% of it.
 Run (PyStan 3 needed: ``pip install pystan`` or the project's ``stan``
 extra; it builds with the machine's C++ compiler)::
 
-    .venv/bin/python benchmarks/vs_stan.py                  # everything, ~1 hour
+    .venv/bin/python benchmarks/vs_stan.py                  # everything, ~1.5 hours
+    .venv/bin/python benchmarks/vs_stan.py --repeats 1      # one second process, ~45 min
     .venv/bin/python benchmarks/vs_stan.py --routes ours_nutpie,stan
     .venv/bin/python benchmarks/vs_stan.py --quick          # 2 chains x (200 + 200)
     .venv/bin/python benchmarks/vs_stan.py --report         # tables from stored runs
@@ -370,6 +372,17 @@ def report(store: dict, settings: argparse.Namespace) -> str:
         + f"; 1-minute load average at the start and end of the runs: {load_range} "
         "(the machine is shared: other jobs ran too).",
         "",
+        "## Summary (the README's table)",
+        "",
+        summary_table(store, reference, stan_whole["second"]),
+        "",
+        "Whole fit: seconds from process start to the posterior in memory; "
+        f"later processes: the median of {repeats_text(store)} second processes, "
+        "which share the first one's caches. x Stan and ESS/s (smallest bulk ESS "
+        "per second of whole fit) are those of the later processes.",
+        "",
+        "## Every run",
+        "",
         markdown_table(header, rows, numeric_from=3),
         "",
         "* **whole fit**: from process start to the posterior in memory (imports, "
@@ -427,6 +440,55 @@ def report(store: dict, settings: argparse.Namespace) -> str:
         ),
     ]
     return "\n".join(sections) + "\n"
+
+
+def repeats_text(store: dict) -> str:
+    """How many second processes each route and budget ran (e.g. "3")."""
+    counts = {
+        len(runs_of(store, name, budget)[1])
+        for name, route in ROUTES.items()
+        for budget in route.budgets
+        if runs_of(store, name, budget)[0]
+    }
+    return " or ".join(map(str, sorted(counts))) or "0"
+
+
+def summary_table(
+    store: dict,
+    reference: tuple[str, dict[str, Reference]] | None,
+    stan_whole: float,
+) -> str:
+    """One row per route and budget: first and later processes, against Stan."""
+    rows = []
+    for name, route in ROUTES.items():
+        for budget in route.budgets:
+            cold, seconds = runs_of(store, name, budget)
+            runs = [cold, *seconds] if cold else []
+            if not runs:
+                continue
+            labels = [route.label, budget_label(name, budget)]
+            failed = [r["error"] for r in runs if "error" in r]
+            if failed or not seconds:
+                reason = failed[0].strip().splitlines()[-1][:120] if failed else ""
+                rows.append([*labels, f"failed: {reason}", "", "", "", ""])
+                continue
+            later = median_phase(seconds, "whole")
+            first, again = f"{cold['phases']['whole']:.0f} s", f"{later:.0f} s"
+            if name == "stan":
+                first, again = f"{first} (first build)", f"{again} (cached build)"
+            disagree = disagreements(cold, reference[1]) if reference else ["?"]
+            rows.append(
+                [
+                    *labels,
+                    first,
+                    again,
+                    f"{later / stan_whole:.2f}",
+                    f"{min_ess(cold) / later:.0f}",
+                    "yes" if not disagree else "NO: " + ", ".join(disagree),
+                ]
+            )
+    header = ["route", "max_steps", "1st process", "later processes", "x Stan"]
+    return markdown_table([*header, "ESS/s", "agrees with Stan"], rows, numeric_from=2)
 
 
 def timing_row(
@@ -528,7 +590,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="2 chains of 200 + 200, into vs_stan_quick.*",
     )
     parser.add_argument(
-        "--repeats", type=int, default=1, help="second processes per route"
+        "--repeats",
+        type=int,
+        default=3,
+        help="second processes per route and budget (default 3; the table "
+        "gives their medians)",
     )
     parser.add_argument("--force", action="store_true", help="re-run stored runs")
     parser.add_argument("--report", action="store_true", help="only write the tables")
