@@ -77,7 +77,10 @@ def report(
         f"{'yes' if trusted else 'no'}"
     )
 
-    print("\nNext to Stan's posterior of the same model (PyStan 3, ode_rk45):")
+    print(
+        "\nNext to Stan's posterior of the same model (PyStan 3, ode_rk45; "
+        "4 chains of 10000 draws):"
+    )
     print(f"{'':<15}{'PyMC':>9}{'Stan':>9}{'diff':>9}{'2 MCSE':>9}  agrees")
     for name in parameters:
         row, ref = summary.loc[name], stan[name]

@@ -36,7 +36,7 @@ installed::
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,14 +66,15 @@ STAN_MAX_NUM_STEPS = 10**6
 #: diffrax's default step budget.
 MAX_STEPS = 4096
 
-#: Stan's posterior of this model: PyStan 3, 4 chains of 1000 + 1000
-#: (benchmarks/vs_stan.py; recorded in benchmarks/results/vs_stan.md).
+#: Stan's posterior of this model: PyStan 3, 4 chains of 1000 + 10000 (the
+#: reference run of benchmarks/vs_stan.py, seed 1978; recorded in
+#: benchmarks/results/vs_stan.md and vs_stan.json).
 STAN_POSTERIOR = {
-    "beta": Reference(mean=1.7345, sd=0.0509, mcse=0.0011),
-    "gamma": Reference(mean=0.5431, sd=0.0445, mcse=0.0010),
-    "phi_inv": Reference(mean=0.1336, sd=0.0715, mcse=0.0014),
-    "R0": Reference(mean=3.2138, sd=0.2635, mcse=0.0059),
-    "recovery_time": Reference(mean=1.8537, sd=0.1511, mcse=0.0034),
+    "beta": Reference(mean=1.7350, sd=0.0535, mcse=0.00037),
+    "gamma": Reference(mean=0.54223, sd=0.04511, mcse=0.00029),
+    "phi_inv": Reference(mean=0.13799, sd=0.07435, mcse=0.00050),
+    "R0": Reference(mean=3.2209, sd=0.2781, mcse=0.0019),
+    "recovery_time": Reference(mean=1.8570, sd=0.1555, mcse=0.0010),
 }
 
 
@@ -151,17 +152,13 @@ def solve_sir(
 # ---------------------------------------------------------------------------
 
 
-def build_model(solve: Callable = solve_sir, *, max_steps: int = MAX_STEPS) -> pm.Model:
+def build_model(*, max_steps: int = MAX_STEPS) -> pm.Model:
     """The case study's model, with the boarding-school data observed.
 
     Parameters
     ----------
-    solve
-        The ODE solver, called as ``solve(y0, t0, ts, beta, gamma, n,
-        max_steps=...)`` and returning the states ``(len(ts), 3)``;
-        :func:`solve_sir` by default (the benchmark swaps in other solvers).
     max_steps
-        The solver's step budget.
+        The solver's step budget: diffrax's default 4096, or Stan's 10**6.
 
     Returns
     -------
@@ -175,7 +172,7 @@ def build_model(solve: Callable = solve_sir, *, max_steps: int = MAX_STEPS) -> p
         gamma = pm.TruncatedNormal("gamma", mu=0.4, sigma=0.5, lower=0.0)
         phi_inv = pm.Exponential("phi_inv", lam=5.0)
 
-        y = solve(Y0, T0, DAYS, beta, gamma, N, max_steps=max_steps)
+        y = solve_sir(Y0, T0, DAYS, beta, gamma, N, max_steps=max_steps)
         # Stan's neg_binomial_2(mu, phi) is PyMC's NegativeBinomial(mu, alpha=phi).
         pm.NegativeBinomial(
             "cases", mu=y[:, 1], alpha=1.0 / phi_inv, observed=CASES, dims="day"

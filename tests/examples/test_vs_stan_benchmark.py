@@ -5,6 +5,7 @@ tests check its models against the example's and its tables on stored runs.
 """
 
 import importlib.util
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -201,3 +202,18 @@ def test_command_line(vs_stan):
     for name, route in vs_stan.ROUTES.items():
         expected = {"stan": (10**6,), "pm_ode": (0,)}.get(name, (4096, 10**6))
         assert route.budgets == expected, name
+
+
+def test_example_cites_the_recorded_stan_posterior(example, vs_stan):
+    """The example's (and its test's) Stan posterior is the benchmark's reference run.
+
+    A re-run on another machine draws other chains: equal within 4 MCSE.
+    """
+    stored = json.loads((BENCHMARKS / "results" / "vs_stan.json").read_text())
+    reference = stored[vs_stan.REFERENCE]
+    assert (reference["chains"], reference["draws"]) == (4, 10_000)
+    for name, cited in example.STAN_POSTERIOR.items():
+        recorded = reference["summary"][name]
+        assert abs(cited.mean - recorded["mean"]) <= 4 * recorded["mcse_mean"], name
+        assert abs(cited.sd / recorded["sd"] - 1) < 0.02, name
+        assert cited.mcse == pytest.approx(recorded["mcse_mean"], rel=0.1), name
