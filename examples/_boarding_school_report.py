@@ -99,7 +99,7 @@ def report(
 
 
 def plot(idata: DataTree, *, days: np.ndarray, cases: np.ndarray, out: Path) -> Path:
-    """The posterior predictive cases (median, 50% and 90% bands) over the data.
+    """The posterior predictive cases (mean, median, 50% and 90% bands) over the data.
 
     Parameters
     ----------
@@ -132,6 +132,10 @@ def plot(idata: DataTree, *, days: np.ndarray, cases: np.ndarray, out: Path) -> 
         days, q25, q75, color="tab:blue", alpha=0.4, linewidth=0, label="50%"
     )
     ax.plot(days, median, color="tab:blue", label="median")
+    # The negative binomial is skewed: its median lies below its mean, the
+    # expected number in bed, I(t).
+    mean = predicted.mean(dim=("chain", "draw")).values
+    ax.plot(days, mean, "--", color="tab:blue", label="mean")
     ax.plot(days, cases, "o", color="black", markersize=4, label="students in bed")
     ax.set_xlabel("day")
     ax.set_ylabel("students in bed")
