@@ -1,0 +1,656 @@
+"""PyMC + JAX against Stan: the boarding-school SIR case study along every route.
+
+The model of Stan's case study "Bayesian workflow for disease transmission
+modeling in Stan" (``examples/boarding_school_sir.py``), fitted with 4 chains
+of 1000 tuning steps and 1000 draws along each route a modeller would pick:
+
+=================  ==========================================================
+``ours_nutpie``    ``as_jax_op`` (diffrax ``Dopri5``), ``pm.sample()``: nutpie
+``ours_pymc``      ``as_jax_op``, ``pm.sample(nuts_sampler="pymc", cores=2)``
+``ours_numpyro``   ``as_jax_op``, ``pm.sample(nuts_sampler="numpyro")``,
+                   chains in sequence
+``wrap_jax_nutpie`` ``pytensor.wrap_jax`` around the same diffrax solve,
+                   ``pm.sample()`` (this package not imported)
+``pm_ode``         PyMC's ``pm.ode.DifferentialEquation`` (SciPy's LSODA),
+                   ``pm.sample()``
+``stan``           the case study's Stan program (``ode_rk45``), PyStan 3
+=================  ==========================================================
+
+Each route runs in fresh processes (``_vs_stan_child.py``): **cold**, with
+fresh caches (``PYTENSOR_FLAGS=base_compiledir=...``, which also holds this
+package's XLA cache, ``NUMBA_CACHE_DIR``, and for Stan ``XDG_CACHE_HOME``:
+its first build), then **second processes** sharing them (Stan: the cached
+build; three by default, the table gives their medians). The diffrax routes
+run with diffrax's default step budget (``max_steps=4096``) and with Stan's
+(``max_num_steps=1e6``); the tolerances are Stan's ``ode_rk45`` defaults
+everywhere (rtol = atol = 1e-6).
+
+Per run: the whole fit (from process start to the posterior in memory: the
+parent's clock from starting the process to the child's first line, plus the
+child's clock from there), the compile and sampling phases, the smallest bulk
+ESS over beta, gamma, phi_inv, R0 and the recovery time, ESS per second of
+whole fit, the largest R-hat, divergences, and each posterior mean and sd.
+Every run's posterior must agree with Stan's: each mean within 2 Monte Carlo
+standard errors of the difference from Stan's reference posterior (a last,
+untimed Stan process with the cached build: 4 chains of 1000 + 10000), or
+within 3% of it.
+
+Run (PyStan 3 needed: ``pip install pystan`` or the project's ``stan``
+extra; it builds with the machine's C++ compiler)::
+
+    .venv/bin/python benchmarks/vs_stan.py                  # everything, ~1.5 hours
+    .venv/bin/python benchmarks/vs_stan.py --repeats 1      # one second process, ~45 min
+    .venv/bin/python benchmarks/vs_stan.py --routes ours_nutpie,stan
+    .venv/bin/python benchmarks/vs_stan.py --quick          # 2 chains x (200 + 200)
+    .venv/bin/python benchmarks/vs_stan.py --report         # tables from stored runs
+
+Results are stored run by run in ``benchmarks/results/vs_stan.json`` (a run
+already stored is not run again unless ``--force``: an interrupted run
+resumes), and the tables are written to ``benchmarks/results/vs_stan.md``
+(``--quick``: ``vs_stan_quick.*``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT / "examples")]
+
+from _boarding_school_report import Reference, agrees  # noqa: E402
+from _timing import machine_header, markdown_table  # noqa: E402
+
+
+CHILD = HERE / "_vs_stan_child.py"
+PARAMETERS = ["beta", "gamma", "phi_inv", "R0", "recovery_time"]
+DIFFRAX_DEFAULT, STAN_BUDGET = 4096, 10**6
+#: The long Stan run every posterior is checked against.
+REFERENCE = f"stan|{STAN_BUDGET}|reference"
+
+
+@dataclass(frozen=True)
+class Route:
+    """A way to fit the model, and what it compiles where."""
+
+    label: str
+    compiled: str
+    budgets: tuple[int, ...] = (DIFFRAX_DEFAULT, STAN_BUDGET)
+
+
+ROUTES = {
+    "ours_nutpie": Route(
+        "`as_jax_op`, `pm.sample()` (nutpie)",
+        "model in Numba, the solve, its VJP and the likelihood one XLA program "
+        "(JAX island); NUTS in nutpie (Rust), chains in threads",
+    ),
+    "ours_pymc": Route(
+        '`as_jax_op`, `pm.sample(nuts_sampler="pymc", cores=2)`',
+        "as above; NUTS in Python, chains in 2 worker processes (forkserver), "
+        "each loading the compiled model",
+    ),
+    "ours_numpyro": Route(
+        '`as_jax_op`, `pm.sample(nuts_sampler="numpyro")`',
+        "model, solve and NUTS one XLA program (compiled in the sampling phase); "
+        "chains in sequence",
+    ),
+    "wrap_jax_nutpie": Route(
+        "`pytensor.wrap_jax`, `pm.sample()` (nutpie)",
+        "model in Numba; the solve and its VJP two XLA programs called in "
+        "Numba's object mode; no XLA cache on disk",
+    ),
+    "pm_ode": Route(
+        "`pm.ode.DifferentialEquation`, `pm.sample()` (nutpie)",
+        "model in Numba; SciPy's LSODA (Fortran) with forward sensitivities, "
+        "calling a compiled PyTensor vector field from Python at each step, "
+        "in Numba's object mode",
+        budgets=(0,),
+    ),
+    "stan": Route(
+        "Stan (`ode_rk45`), PyStan 3",
+        "the whole model and NUTS in C++ (stanc, then g++); chains in 4 processes",
+        budgets=(STAN_BUDGET,),
+    ),
+}
+PROCESSES = ("cold", "second")
+
+
+# ---------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------
+
+
+def run_child(
+    route: str,
+    max_steps: int,
+    cache: Path,
+    settings: argparse.Namespace,
+    draws: int | None = None,
+) -> dict:
+    """Run one route in a fresh process with its caches in ``cache``; never raise."""
+    env = {
+        **os.environ,
+        "PYTENSOR_FLAGS": f"base_compiledir={cache / 'pytensor'}",
+        "NUMBA_CACHE_DIR": str(cache / "numba"),
+        "XDG_CACHE_HOME": str(cache / "xdg"),
+    }
+    command = [
+        sys.executable,
+        str(CHILD),
+        route,
+        f"--max-steps={max_steps or DIFFRAX_DEFAULT}",
+        f"--draws={draws or settings.draws}",
+        f"--tune={settings.tune}",
+        f"--chains={settings.chains}",
+        f"--seed={settings.seed}",
+    ]
+    spawned_at = time.time()
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=settings.timeout,
+            env=env,
+            cwd=cache,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {settings.timeout:.0f} s"}
+    process = time.perf_counter() - start
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines or not lines[-1].startswith("{"):
+        return {"error": done.stderr.strip()[-2000:] or f"exit {done.returncode}"}
+    result = json.loads(lines[-1])
+    result["phases"]["startup"] = result.pop("started_at") - spawned_at
+    result["phases"]["whole"] = result["phases"]["startup"] + result["phases"]["fit"]
+    result["phases"]["process"] = process
+    return result
+
+
+def run_pair(
+    route: str, max_steps: int, settings: argparse.Namespace, store: dict, path: Path
+) -> None:
+    """Cold and second process(es) of one route sharing fresh caches; stored as they end.
+
+    For Stan, a last process with the cached build draws the reference
+    posterior: ``settings.reference_draws`` draws per chain.
+    """
+    with tempfile.TemporaryDirectory(prefix=f"vs_stan-{route}-") as folder:
+        cache = Path(folder)
+        for key in keys_of(route, max_steps, settings):
+            print(f"--- {key}", flush=True)
+            draws = settings.reference_draws if key.endswith("|reference") else None
+            result = run_child(route, max_steps, cache, settings, draws)
+            store[key] = result
+            save(store, path)
+            print(describe(result), flush=True)
+            if "error" in result:
+                break
+
+
+def key_of(route: str, max_steps: int, process: str, repeat: int = 0) -> str:
+    suffix = f"#{repeat + 1}" if process == "second" else ""
+    return f"{route}|{max_steps}|{process}{suffix}"
+
+
+def keys_of(route: str, max_steps: int, settings: argparse.Namespace) -> list[str]:
+    """The runs of one route and budget, in the order they run."""
+    keys = [key_of(route, max_steps, "cold")]
+    keys += [key_of(route, max_steps, "second", i) for i in range(settings.repeats)]
+    if route == "stan":
+        keys.append(REFERENCE)
+    return keys
+
+
+def describe(result: dict) -> str:
+    if "error" in result:
+        return "failed: " + result["error"].splitlines()[-1]
+    phases, summary = result["phases"], result["summary"]
+    means = ", ".join(f"{n} {summary[n]['mean']:.4g}" for n in PARAMETERS)
+    return (
+        f"whole {phases['whole']:.1f} s (compile {phases['compile']:.1f}, sampling "
+        f"{phases['sampling']:.1f}), min ESS {min_ess(result):.0f}, "
+        f"{result['divergences']} divergent; {means}"
+    )
+
+
+def save(store: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n")
+
+
+# ---------------------------------------------------------------------------
+# Reporting
+# ---------------------------------------------------------------------------
+
+
+def min_ess(result: dict) -> float:
+    return min(result["summary"][n]["ess_bulk"] for n in PARAMETERS)
+
+
+def max_r_hat(result: dict) -> float:
+    return max(result["summary"][n]["r_hat"] for n in PARAMETERS)
+
+
+def stan_reference(store: dict) -> tuple[str, dict[str, Reference]] | None:
+    """Stan's posterior: its long reference run, else its cached build, else its first."""
+    for key in (
+        REFERENCE,
+        key_of("stan", STAN_BUDGET, "second"),
+        key_of("stan", STAN_BUDGET, "cold"),
+    ):
+        result = store.get(key, {})
+        if "summary" in result:
+            return key, {
+                n: Reference(s["mean"], s["sd"], s["mcse_mean"])
+                for n, s in result["summary"].items()
+            }
+    return None
+
+
+def disagreements(result: dict, reference: dict[str, Reference]) -> list[str]:
+    """The parameters whose mean does not agree with Stan's."""
+    return [
+        name
+        for name in PARAMETERS
+        if not agrees(
+            result["summary"][name]["mean"],
+            result["summary"][name]["mcse_mean"],
+            reference[name],
+        )
+    ]
+
+
+def budget_label(route: str, max_steps: int) -> str:
+    if route == "pm_ode":
+        return "odeint's (500 per output)"
+    return (
+        f"{max_steps:.0e}".replace("e+0", "e") if max_steps >= 10**5 else str(max_steps)
+    )
+
+
+def runs_of(store: dict, route: str, max_steps: int) -> tuple[dict | None, list[dict]]:
+    """The cold run and the second-process runs of one route and budget."""
+    cold = store.get(key_of(route, max_steps, "cold"))
+    prefix = key_of(route, max_steps, "second", 0)[:-1]
+    seconds = [v for k, v in sorted(store.items()) if k.startswith(prefix)]
+    return cold, seconds
+
+
+def median_phase(runs: list[dict], phase: str) -> float:
+    values = [r["phases"][phase] for r in runs if "phases" in r]
+    return statistics.median(values) if values else math.nan
+
+
+def report(store: dict, settings: argparse.Namespace) -> str:
+    """The markdown tables of every stored run."""
+    reference = stan_reference(store)
+    stan_cold, stan_seconds = runs_of(store, "stan", STAN_BUDGET)
+    stan_whole = {
+        "cold": median_phase([stan_cold or {}], "whole"),
+        "second": median_phase(stan_seconds, "whole"),
+    }
+    header = [
+        "route",
+        "max_steps",
+        "process",
+        "whole fit (s)",
+        "x Stan",
+        "compile (s)",
+        "sampling (s)",
+        "min bulk ESS",
+        "ESS/s",
+        "max R-hat",
+        "divergent",
+        "agrees with Stan",
+    ]
+    rows, posterior_rows, compiled_rows = [], [], []
+    for name, route in ROUTES.items():
+        fitted = []  # (labels, run) of every successful run of the route
+        for budget in route.budgets:
+            cold, seconds = runs_of(store, name, budget)
+            if cold is None:
+                continue
+            compiled_rows.append((route.label, route.compiled))
+            for process, runs in (("cold", [cold]), ("second", seconds)):
+                if not runs:
+                    continue
+                labels = [route.label, budget_label(name, budget), process]
+                failed = [r["error"] for r in runs if "error" in r]
+                if failed:
+                    reason = failed[0].strip().splitlines()[-1][:200]
+                    rows.append([*labels, f"failed: {reason}"] + [""] * 8)
+                    continue
+                rows.append(timing_row(labels, runs, reference, stan_whole[process]))
+                fitted += [(labels, run) for run in runs]
+        posterior_rows += posterior_rows_of(fitted)
+    if REFERENCE in store and "summary" in store[REFERENCE]:
+        long = store[REFERENCE]
+        posterior_rows.append(
+            [
+                f"Stan, reference: {long['chains']} x ({long['tune']} + "
+                f"{long['draws']})",
+                budget_label("stan", STAN_BUDGET),
+                "second",
+                *posterior_cells(long),
+            ]
+        )
+    timed = [r for k, r in store.items() if "summary" in r and k != REFERENCE]
+    settings_seen = sorted({(r["chains"], r["tune"], r["draws"]) for r in timed})
+    loads = [load for r in timed for load in r.get("load_average", [])]
+    load_range = f"{min(loads):.1f} to {max(loads):.1f}" if loads else "n/a"
+    reference_text = "none stored"
+    if reference:
+        key, _ = reference
+        run = store[key]
+        reference_text = (
+            f"`{key}`: {run['chains']} chains of {run['tune']} tuning steps + "
+            f"{run['draws']} draws, sampled in {run['phases']['sampling']:.0f} s "
+            "with the cached build"
+        )
+    quick = " --quick" if settings.quick else ""
+    sections = [
+        "# PyMC + JAX against Stan: the boarding-school SIR case study",
+        "",
+        f"Command: `.venv/bin/python benchmarks/vs_stan.py{quick}` (chains, tuning "
+        f"steps, draws: {', '.join(map(str, settings_seen))}; one process per row).",
+        "",
+        machine_header(versions())
+        + f"; 1-minute load average at the start and end of the runs: {load_range} "
+        "(the machine is shared: other jobs ran too).",
+        "",
+        "## Summary (the README's table)",
+        "",
+        summary_table(store, reference, stan_whole["second"]),
+        "",
+        "Whole fit: seconds from process start to the posterior in memory; "
+        f"later processes: the median of {repeats_text(store)} second processes, "
+        "which share the first one's caches. x Stan and ESS/s (smallest bulk ESS "
+        "per second of whole fit) are those of the later processes.",
+        "",
+        "## Every run",
+        "",
+        markdown_table(header, rows, numeric_from=3),
+        "",
+        "* **whole fit**: from process start to the posterior in memory (imports, "
+        "model, compile, sampling); **x Stan**: over Stan's whole fit in the same "
+        "kind of process (cold: its first build; second: its cached build). "
+        "**compile**: `pm.sample` before its sampling loop (PyTensor's rewrites, "
+        "Numba, nutpie), for Stan `stan.build` (stanc and g++, or loading the "
+        "cached build). **sampling**: PyMC's `sampling_time` (numpyro: XLA "
+        "compiles the sampler in it; PyMC's NUTS: its two worker processes start "
+        "and load the model in it), for Stan `fit.sample`. **min bulk ESS**: over "
+        "beta, gamma, phi_inv, R0 and the recovery time; **ESS/s**: that per "
+        "second of whole fit.",
+        "* **agrees with Stan**: every posterior mean within 2 Monte Carlo standard "
+        "errors (of the difference) of Stan's reference posterior, or within 3% "
+        f"of it. Reference: {reference_text}.",
+        "* **cold**: fresh PyTensor compiledir (with this package's XLA cache), "
+        "Numba cache and httpstan cache (Stan's first build); **second**: a new "
+        "process with the same caches (Stan's cached build; httpstan's store of "
+        "seeded fits is emptied first, else it returns the first process's fit "
+        "without sampling).",
+        "",
+        "## Fair settings",
+        "",
+        "* Tolerances: rtol = atol = 1e-6 everywhere (Stan's `ode_rk45` defaults), "
+        "except `pm.ode`, whose `odeint` call keeps SciPy's defaults (1.49e-8) "
+        "with no way to change them. Solver: Dormand-Prince 5(4) in Stan (Boost's "
+        "`runge_kutta_dopri5`, dense output) and in diffrax (`Dopri5`, "
+        "interpolated save points), first step 0.1; diffrax's error norm is an "
+        "RMS over the states, Boost's a maximum.",
+        "* Step budget: diffrax's default `max_steps=4096` and Stan's "
+        "`max_num_steps=1e6`, both run for every diffrax route. A solve out of "
+        "steps is a rejected proposal in every route (diffrax: `throw=False` and "
+        "NaN states, a non-finite log-density; Stan: an exception in the solve).",
+        "* Gradients: Stan integrates the forward sensitivities with the states "
+        "(error control over both); diffrax differentiates its own steps in "
+        "reverse mode (`RecursiveCheckpointAdjoint`); `pm.ode` integrates forward "
+        "sensitivities with LSODA.",
+        "* The same priors, likelihood and sampling space (the three positive "
+        "parameters on the log scale), seed 1978 everywhere, and each library's "
+        "default NUTS: target acceptance 0.8, tree depth up to 10, a diagonal "
+        "mass matrix adapted its own way during the tuning steps.",
+        "",
+        "## What is compiled where",
+        "",
+        markdown_table(
+            ["route", "compiled"], list(dict.fromkeys(compiled_rows)), numeric_from=2
+        ),
+        "",
+        "## Posterior mean ± sd (MCSE of the mean)",
+        "",
+        markdown_table(
+            ["route", "max_steps", "process", *PARAMETERS],
+            posterior_rows,
+            numeric_from=3,
+        ),
+    ]
+    return "\n".join(sections) + "\n"
+
+
+def repeats_text(store: dict) -> str:
+    """How many second processes each route and budget ran (e.g. "3")."""
+    counts = {
+        len(runs_of(store, name, budget)[1])
+        for name, route in ROUTES.items()
+        for budget in route.budgets
+        if runs_of(store, name, budget)[0]
+    }
+    return " or ".join(map(str, sorted(counts))) or "0"
+
+
+def summary_table(
+    store: dict,
+    reference: tuple[str, dict[str, Reference]] | None,
+    stan_whole: float,
+) -> str:
+    """One row per route and budget: first and later processes, against Stan."""
+    rows = []
+    for name, route in ROUTES.items():
+        for budget in route.budgets:
+            cold, seconds = runs_of(store, name, budget)
+            runs = [cold, *seconds] if cold else []
+            if not runs:
+                continue
+            labels = [route.label, budget_label(name, budget)]
+            failed = [r["error"] for r in runs if "error" in r]
+            if failed or not seconds:
+                reason = failed[0].strip().splitlines()[-1][:120] if failed else ""
+                rows.append([*labels, f"failed: {reason}", "", "", "", ""])
+                continue
+            later = median_phase(seconds, "whole")
+            first, again = f"{cold['phases']['whole']:.0f} s", f"{later:.0f} s"
+            if name == "stan":
+                first, again = f"{first} (first build)", f"{again} (cached build)"
+            disagree = disagreements(cold, reference[1]) if reference else ["?"]
+            rows.append(
+                [
+                    *labels,
+                    first,
+                    again,
+                    f"{later / stan_whole:.2f}",
+                    f"{min_ess(cold) / later:.0f}",
+                    "yes" if not disagree else "NO: " + ", ".join(disagree),
+                ]
+            )
+    header = ["route", "max_steps", "1st process", "later processes", "x Stan"]
+    return markdown_table([*header, "ESS/s", "agrees with Stan"], rows, numeric_from=2)
+
+
+def timing_row(
+    labels: list[str],
+    runs: list[dict],
+    reference: tuple[str, dict[str, Reference]] | None,
+    stan_whole: float,
+) -> list[str]:
+    """One row of the main table: medians over ``runs``, the posterior of the first."""
+    whole = median_phase(runs, "whole")
+    run = runs[0]
+    disagree = disagreements(run, reference[1]) if reference else ["no reference"]
+    if len(runs) > 1:
+        labels = [*labels[:2], f"{labels[2]} (median of {len(runs)})"]
+    return [
+        *labels,
+        f"{whole:.1f}",
+        f"{whole / stan_whole:.2f}",
+        f"{median_phase(runs, 'compile'):.1f}",
+        f"{median_phase(runs, 'sampling'):.1f}",
+        f"{min_ess(run):.0f}",
+        f"{min_ess(run) / whole:.0f}",
+        f"{max_r_hat(run):.3f}",
+        str(run["divergences"]),
+        "yes" if not disagree else "NO: " + ", ".join(disagree),
+    ]
+
+
+def posterior_rows_of(fitted: list[tuple[list[str], dict]]) -> list[list[str]]:
+    """Posterior rows of one route: one row when every run drew the same posterior.
+
+    With one seed, a route's processes and step budgets draw the same chains
+    unless a solve ran out of steps under one budget and not the other.
+    """
+    if not fitted:
+        return []
+    summaries = [json.dumps(run["summary"], sort_keys=True) for _, run in fitted]
+    if len(set(summaries)) == 1:
+        labels, run = fitted[0]
+        every = f"all {len(fitted)} runs (identical)" if len(fitted) > 1 else labels[2]
+        budgets = list(dict.fromkeys(labels[1] for labels, _ in fitted))
+        return [[labels[0], ", ".join(budgets), every, *posterior_cells(run)]]
+    return [[*labels, *posterior_cells(run)] for labels, run in fitted]
+
+
+def posterior_cells(run: dict) -> list[str]:
+    return [
+        f"{s['mean']:.4f} ± {s['sd']:.4f} ({s['mcse_mean']:.4f})"
+        for s in (run["summary"][n] for n in PARAMETERS)
+    ]
+
+
+def versions() -> dict[str, str]:
+    names = [
+        "pymc",
+        "pytensor",
+        "jax",
+        "diffrax",
+        "nutpie",
+        "numpyro",
+        "pystan",
+        "httpstan",
+    ]
+    found = {}
+    for name in names:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    try:
+        compiler = subprocess.run(["g++", "--version"], capture_output=True, text=True)
+        found["g++"] = compiler.stdout.split("\n")[0].split()[-1]
+    except OSError:
+        pass
+    return found
+
+
+# ---------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--routes",
+        default=",".join(ROUTES),
+        help=f"comma-separated, from {','.join(ROUTES)} (default: all)",
+    )
+    parser.add_argument(
+        "--max-steps",
+        default=None,
+        help=f"comma-separated budgets of the diffrax routes (default "
+        f"{DIFFRAX_DEFAULT},{STAN_BUDGET})",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 chains of 200 + 200, into vs_stan_quick.*",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="second processes per route and budget (default 3; the table "
+        "gives their medians)",
+    )
+    parser.add_argument("--force", action="store_true", help="re-run stored runs")
+    parser.add_argument("--report", action="store_true", help="only write the tables")
+    parser.add_argument("--seed", type=int, default=1978)
+    parser.add_argument(
+        "--reference-draws",
+        type=int,
+        default=None,
+        help="draws per chain of Stan's reference run (default 10000; quick: 1000)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=3600, help="seconds per process"
+    )
+    settings = parser.parse_args(argv)
+    settings.chains, settings.tune, settings.draws = (
+        (2, 200, 200) if settings.quick else (4, 1000, 1000)
+    )
+    if settings.reference_draws is None:
+        settings.reference_draws = 1000 if settings.quick else 10_000
+    chosen = [r.strip() for r in settings.routes.split(",") if r.strip()]
+    unknown = sorted(set(chosen) - set(ROUTES))
+    if unknown:
+        parser.error(f"unknown route(s) {unknown}; choose from {list(ROUTES)}")
+    settings.routes = chosen
+    settings.budgets = (
+        [int(float(b)) for b in settings.max_steps.split(",")]
+        if settings.max_steps
+        else None
+    )
+    return settings
+
+
+def main(argv=None) -> None:
+    settings = parse_args(argv)
+    name = "vs_stan_quick" if settings.quick else "vs_stan"
+    json_path = HERE / "results" / f"{name}.json"
+    store = json.loads(json_path.read_text()) if json_path.exists() else {}
+    if not settings.report:
+        for route in settings.routes:
+            for budget in ROUTES[route].budgets:
+                if settings.budgets and budget and budget not in settings.budgets:
+                    continue
+                runs = [store.get(key) for key in keys_of(route, budget, settings)]
+                done = all(run is not None and "error" not in run for run in runs)
+                if done and not settings.force:
+                    print(
+                        f"--- {route}|{budget}: stored, skipped (--force runs it again)"
+                    )
+                    continue
+                run_pair(route, budget, settings, store, json_path)
+    text = report(store, settings)
+    print(text)
+    md_path = HERE / "results" / f"{name}.md"
+    md_path.write_text(text)
+    print(f"written to {md_path} (runs in {json_path})")
+
+
+if __name__ == "__main__":
+    main()
