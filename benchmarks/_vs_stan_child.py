@@ -58,6 +58,9 @@ def pymc_route(args: argparse.Namespace, phases: dict) -> dict:
             sys.path.insert(0, str(ROOT))
             import conftest  # noqa: F401  (the checkout's modules, not a stale copy)
         sys.path.insert(0, str(ROOT / "examples"))
+        # As the example sets it when run as a script (its programs are then
+        # exportable: a later process traces nothing).
+        os.environ.setdefault("EQX_ON_ERROR", "nan")
         import boarding_school_sir as example
         import pymc as pm
 

@@ -34,6 +34,18 @@ installed::
     .venv/bin/python examples/boarding_school_sir.py --sampler numpyro
 """
 
+import os
+
+
+if __name__ == "__main__":
+    # A failing equinox check inside diffrax's solve gives NaN instead of
+    # raising: a rejected proposal, as a solve out of steps is (throw=False
+    # below). Checks that raise are host callbacks, which keep the program out
+    # of the trace cache; with NaN checks it is cached, and a second run
+    # traces nothing (the guide's "Start-up"). Set before equinox is
+    # imported; EQX_ON_ERROR=raise on the command line keeps equinox's default.
+    os.environ.setdefault("EQX_ON_ERROR", "nan")
+
 import argparse
 import sys
 from collections.abc import Sequence
