@@ -22,6 +22,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -69,6 +70,11 @@ class DtypePacking:
     def pack(self, arrays: Sequence[Any]) -> tuple:
         """The (traced) arrays, raveled and concatenated by dtype."""
         groups: list[list] = [[] for _ in self.dtypes]
+        if len(arrays) > 1:
+            # Without the barrier XLA fuses every array's producers into the
+            # concatenation's loop and computes them again per element: 32
+            # chained calls (value and gradient) took 41 us instead of 20.
+            arrays = jax.lax.optimization_barrier(list(arrays))
         for array in arrays:
             groups[self.buffer_of(dtype_name(array))].append(jnp.ravel(array))
         return tuple(
