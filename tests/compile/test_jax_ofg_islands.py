@@ -5,12 +5,9 @@ Under the host linkers (Python, C VM, Numba and the default mode) the
 around them that PyTensor's JAX backend lowers into one ``JaxIsland``.
 """
 
-import importlib.util
 import pickle
-import sys
 import threading
 import warnings
-from pathlib import Path
 
 import _jax_ofg_models as models
 import jax
@@ -21,6 +18,7 @@ import nutpie
 import pymc as pm
 import pytest
 from _linkers import compile_function, jax_op_nodes, without_islands
+from _scripts import EXAMPLES, imported_scripts
 from test_jax_ofg_fusion import BodyCounter
 from test_jax_ofg_pickle import run_in_fresh_process
 
@@ -52,19 +50,6 @@ ISLAND_MODES = [
 @pytest.fixture(params=[m for _, m in ISLAND_MODES], ids=[i for i, _ in ISLAND_MODES])
 def island_mode(request):
     return request.param
-
-
-def import_example(name: str):
-    """A module of ``examples/``, imported by path (it is no package)."""
-    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))  # its helper modules
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
 
 
 def islands(f) -> list[JaxIsland]:
@@ -527,8 +512,8 @@ def test_pymc_dims_machinery_joins_the_island():
     """The main job's SEIR model, written with dims: one XLA program, as mode=JAX."""
     from pymc.model.transform.optimization import freeze_dims_and_data
 
-    seir = import_example("seir_time_varying")
-    model = seir.build_model(seir.simulate_data(seir.Truth(), seed=1).cases)
+    with imported_scripts(EXAMPLES / "seir_time_varying.py") as (seir,):
+        model = seir.build_model(seir.simulate_data(seir.Truth(), seed=1).cases)
     f = model.logp_dlogp_function(ravel_inputs=True)._pytensor_function
     nodes = f.maker.fgraph.toposort()
     assert sum(isinstance(n.op, JaxIsland) for n in nodes) == 1

@@ -1,42 +1,27 @@
 """Stan's SIR case study (examples/boarding_school_sir.py): the model, a smoke run, and
 a posterior that agrees with Stan's."""
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import arviz as az
 import numpy as np
 import pytest
 from _fresh_process import run_python
+from _scripts import EXAMPLES, ROOT, imported_scripts
 from scipy.integrate import solve_ivp
 
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "examples" / "boarding_school_sir.py"
+SCRIPT = EXAMPLES / "boarding_school_sir.py"
 PARAMETERS = ["beta", "gamma", "phi_inv", "R0", "recovery_time"]
 
 pytestmark = pytest.mark.slow
 
 
-def import_file(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def example():
     """The example script, imported as a module (its ``main`` is not run)."""
-    sys.path.insert(0, str(SCRIPT.parent))  # its helper, _boarding_school_report
-    try:
-        yield import_file(SCRIPT, "boarding_school_sir")
-    finally:
-        sys.modules.pop("boarding_school_sir", None)
-        sys.path.remove(str(SCRIPT.parent))
+    with imported_scripts(SCRIPT) as (module,):
+        yield module
 
 
 def test_data_are_the_case_studys(example):

@@ -1,20 +1,18 @@
 """The SEIR example (examples/seir_time_varying.py) works: its default run, and a reduced one."""
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import jax
 import numpy as np
 import pymc as pm
 import pytest
 from _fresh_process import run_python
+from _scripts import EXAMPLES, imported_scripts
 from pymc.model.transform.optimization import freeze_dims_and_data
 from pymc.sampling.jax import get_jaxified_logp
 
 
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "seir_time_varying.py"
+SCRIPT = EXAMPLES / "seir_time_varying.py"
 
 pytestmark = pytest.mark.slow
 
@@ -22,16 +20,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def seir():
     """The example script, imported as a module (its ``main`` is not run)."""
-    spec = importlib.util.spec_from_file_location("seir_time_varying", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    sys.path.insert(0, str(SCRIPT.parent))  # its helper module, _seir_report
-    try:
-        spec.loader.exec_module(module)
+    with imported_scripts(SCRIPT) as (module,):
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
-        sys.path.remove(str(SCRIPT.parent))
 
 
 @pytest.fixture(scope="module")

@@ -4,45 +4,26 @@ The benchmark itself never runs in the test suite (it takes an hour); these
 tests check its models against the example's and its tables on stored runs.
 """
 
-import importlib.util
 import json
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _scripts import BENCHMARKS, EXAMPLES, ROOT, imported_scripts
 
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES, BENCHMARKS = ROOT / "examples", ROOT / "benchmarks"
 
 pytestmark = pytest.mark.slow
-
-
-def import_file(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def modules():
     """The example, the benchmark's models and the benchmark script, as modules."""
-    sys.path[:0] = [str(EXAMPLES), str(BENCHMARKS)]
-    names = ("boarding_school_sir", "_vs_stan_models", "vs_stan")
-    try:
-        yield tuple(
-            import_file(folder / f"{name}.py", name)
-            for folder, name in zip((EXAMPLES, BENCHMARKS, BENCHMARKS), names)
-        )
-    finally:
-        for name in names:
-            sys.modules.pop(name, None)
-        sys.path.remove(str(EXAMPLES))
-        sys.path.remove(str(BENCHMARKS))
+    with imported_scripts(
+        EXAMPLES / "boarding_school_sir.py",
+        BENCHMARKS / "_vs_stan_models.py",
+        BENCHMARKS / "vs_stan.py",
+    ) as modules:
+        yield modules
 
 
 @pytest.fixture(scope="module")
