@@ -9,6 +9,7 @@
 
 import ast
 import json
+import re
 from pathlib import Path
 
 from _fresh_process import run_script
@@ -206,3 +207,17 @@ def test_only_the_facade_acts_on_the_process(tmp_path):
     # Once the backend is imported (its floatX=float32 turns x64 off): our
     # lowering is registered, and x64 is on again.
     assert report["backend"] == {**after, "jax_funcify": True, "jax_backend": True}
+
+
+def test_the_guide_maps_every_module():
+    """The guide's developer notes name each module (by its last dotted part)."""
+    guide = (CHECKOUT / "doc" / "library" / "jax_ofg.rst").read_text()
+    notes = guide[guide.index("Developer notes: the modules and their layers") :]
+    notes = notes[: notes.index("\nReference\n")]
+    named = set(re.findall(r"[`/](jax_ofg\w*)``", notes))
+    missing = [m for m in MODULES if m.rsplit(".", 1)[1] not in named]
+    # link/*/dispatch/jax_ofg and compile/jax_ofg share a name: by folder there
+    missing = [m for m in missing if m.rsplit(".", 1)[1] != "jax_ofg"]
+    assert not missing, f"not in the guide's module map: {missing}"
+    for folder in ("link/jax/dispatch/jax_ofg", "link/numba/dispatch/jax_ofg"):
+        assert f"``{folder}``" in notes
