@@ -198,6 +198,15 @@ def boarding_school() -> pm.Model:
     return case_study.build_model()
 
 
+def boarding_school_wrap_jax() -> pm.Model:
+    """The case study with ``pytensor.wrap_jax`` around the same diffrax solve."""
+    import _vs_stan_models
+
+    return _vs_stan_models.build_model(
+        _vs_stan_models.wrap_jax_solver(_vs_stan_models.MAX_STEPS)
+    )
+
+
 def boarding_school_pytensor(steps_per_day: int = 20) -> pm.Model:
     """The same model in pure PyTensor: fixed-step RK4 in ``pytensor.scan``."""
     import boarding_school_sir as case_study
@@ -206,21 +215,24 @@ def boarding_school_pytensor(steps_per_day: int = 20) -> pm.Model:
     n_steps = int(case_study.DAYS[-1] * steps_per_day)
 
     def trajectory(beta, gamma):
-        def rhs(y):
+        def rhs(y, beta, gamma):
             infection = beta * y[1] * y[0] / case_study.N
             recovery = gamma * y[1]
             return pt.stack([-infection, infection - recovery, recovery])
 
-        def step(y):
-            k1 = rhs(y)
-            k2 = rhs(y + dt / 2 * k1)
-            k3 = rhs(y + dt / 2 * k2)
-            k4 = rhs(y + dt * k3)
+        def step(y, beta, gamma):
+            k1 = rhs(y, beta, gamma)
+            k2 = rhs(y + dt / 2 * k1, beta, gamma)
+            k3 = rhs(y + dt / 2 * k2, beta, gamma)
+            k4 = rhs(y + dt * k3, beta, gamma)
             return y + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
 
+        # The rates are passed, not closed over: PyMC replaces them by their
+        # value variables in the log-density, which it cannot inside a closure.
         states = pytensor.scan(
             step,
             outputs_info=[pt.as_tensor(case_study.Y0)],
+            non_sequences=[beta, gamma],
             n_steps=n_steps,
             return_updates=False,
         )
@@ -250,5 +262,6 @@ MODELS: dict[str, Callable[[], pm.Model]] = {
     "seir": seir,
     "seir_wrap_jax": seir_wrap_jax,
     "boarding_school": boarding_school,
+    "boarding_school_wrap_jax": boarding_school_wrap_jax,
     "boarding_school_pytensor": boarding_school_pytensor,
 }

@@ -26,10 +26,12 @@ notebook restart, script run and sampler worker pays):
 
 Run::
 
-    .venv/bin/python benchmarks/cold_start.py            # ~20 minutes
-    .venv/bin/python benchmarks/cold_start.py --quick    # no SEIR
+    .venv/bin/python benchmarks/cold_start.py                # ~20 minutes
+    .venv/bin/python benchmarks/cold_start.py --quick        # no SEIR
+    .venv/bin/python benchmarks/cold_start.py --only nutpie  # one section
 
-Results are printed and written to ``benchmarks/results/cold_start.md``.
+Results are printed and written to ``benchmarks/results/cold_start.md``
+(``--only S``: ``cold_start_S.md``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -184,22 +187,31 @@ NUTPIE_RUNS = [
 NUTPIE_PHASES = ["imports", "build", "compile", "first_draw", "to_first_draw", "total"]
 
 
-def nutpie_table(folder: Path) -> tuple[str, dict]:
-    """The case study through nutpie: cold compiledir and second process."""
-    results = {}
-    for label, model, env in NUTPIE_RUNS:
-        compiledir = folder / f"cache-nutpie-{len(results)}"
-        script = folder / f"nutpie_{len(results)}.py"
-        runs = [
-            run_child(fill(NUTPIE, model=model), compiledir, script, env=env)
-            for _ in range(2)
-        ]
-        results[label] = runs
-        print("nutpie", label, json.dumps(runs), flush=True)
+def nutpie_table(folder: Path, repeats: int) -> tuple[str, dict]:
+    """The case study through nutpie: a cold compiledir, then second processes.
+
+    The cold process of each model first, then ``repeats`` rounds of second
+    processes, one per model in each round (interleaved, so that a noisy
+    minute hits every model); the table gives each phase's median.
+    """
+    runs: dict[str, list[dict]] = {}
+    for index, (label, model, env) in enumerate(NUTPIE_RUNS):
+        runs[label] = [nutpie_child(folder, index, model, env)]
+    for _ in range(repeats):
+        for index, (label, model, env) in enumerate(NUTPIE_RUNS):
+            runs[label].append(nutpie_child(folder, index, model, env))
+    for label, model_runs in runs.items():
+        print("nutpie", label, json.dumps(model_runs), flush=True)
+    results = {
+        label: [cold, {p: statistics.median(r[p] for r in seconds) for p in cold}]
+        for label, (cold, *seconds) in runs.items()
+    }
     pure = results[NUTPIE_RUNS[-1][0]]
     rows = []
     for label, runs in results.items():
-        for process, run, reference in zip(("cold", "second"), runs, pure):
+        for process, run, reference in zip(
+            ("cold", f"second (median of {repeats})"), runs, pure
+        ):
             over = run["to_first_draw"] - reference["to_first_draw"]
             over_after_imports = over - (run["imports"] - reference["imports"])
             rows.append(
@@ -219,6 +231,13 @@ def nutpie_table(folder: Path) -> tuple[str, dict]:
         numeric_from=2,
     )
     return table, results
+
+
+def nutpie_child(folder: Path, index: int, model: str, env: dict) -> dict:
+    """One process of the nutpie section, sharing the compiledir of its model."""
+    script = folder / f"nutpie_{index}.py"
+    compiledir = folder / f"cache-nutpie-{index}"
+    return run_child(fill(NUTPIE, model=model), compiledir, script, env=env)
 
 
 #: Compile time against the number of wrapped calls: a chain of N calls with a
@@ -278,6 +297,9 @@ def label(name: str, mode: str | None) -> str:
 
 
 PHASES = ["imports", "build", "rewrite", "link", "first_call", "total"]
+
+#: The benchmark's sections (``--only`` runs one).
+SECTIONS = ("nutpie", "first_value", "scaling")
 
 
 def run_child(
@@ -397,8 +419,23 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="the SIR models only")
     parser.add_argument("--no-sampling", action="store_true")
     parser.add_argument("--no-nutpie", action="store_true")
+    parser.add_argument(
+        "--only",
+        choices=SECTIONS,
+        default=None,
+        help="one section, into cold_start_<section>.md",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="second processes per model in the nutpie section (medians)",
+    )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
+    wanted = {args.only} if args.only else set(SECTIONS)
+    if args.no_nutpie:
+        wanted.discard("nutpie")
     runs = RUNS["sir"] + ([] if args.quick else RUNS["seir"])
     import jax
     import pymc
@@ -417,7 +454,7 @@ def main(argv=None) -> None:
         sections = [
             "# Cold start: fresh processes, first and second run",
             "",
-            f"`python benchmarks/cold_start.py{' --quick' if args.quick else ''}`; "
+            f"`python benchmarks/cold_start.py{' '.join(['', *(argv or sys.argv[1:])])}`; "
             "each run twice in a row, in fresh processes sharing a fresh "
             "`base_compiledir` (the second is what every notebook restart, "
             "script run and worker pays). Seconds.",
@@ -425,14 +462,16 @@ def main(argv=None) -> None:
             header,
             "",
         ]
-        if not args.no_nutpie:
-            table, _ = nutpie_table(folder)
+        if "nutpie" in wanted:
+            table, _ = nutpie_table(folder, args.repeats)
             sections += [
                 "## Stan's SIR case study through nutpie (`pm.sample()`)",
                 "",
                 "From the script's first line: imports, the model's build, "
                 "`nutpie.compile_pymc_model`, the first draw (one chain, one "
-                "step), then 4 chains of 1000 + 1000 (`total`). The last two "
+                "step), then 4 chains of 1000 + 1000 (`total`); a cold "
+                f"process, then the median of {args.repeats} second processes "
+                "(interleaved rounds). The last two "
                 "columns: time to the first draw over the pure-PyTensor "
                 "model's in the same kind of process, and the same without "
                 "the difference in imports (JAX, diffrax, equinox: the "
@@ -441,53 +480,58 @@ def main(argv=None) -> None:
                 table,
                 "",
             ]
-        results = measure(runs, folder)
-        sections += [
-            "## Fresh process to the first `logp_dlogp` value",
-            "",
-            "`rewrite` and `link` from PyTensor's compile profile; "
-            '`mode="JAX"` compiles the model frozen with '
-            "`freeze_dims_and_data`, as numpyro and nutpie's JAX backend do.",
-            "",
-            phase_table(results),
-            "",
-        ]
-        ours = results[label("sir", None)]
-        pure = results[label("sir_pytensor", None)]
-        wrap = results[label("sir_wrap_jax", None)]
-        sections.append(
-            "SIR, second process: ours / pure PyTensor = "
-            f"{format_ratio(ours[1]['total'] / pure[1]['total'])}; ours / "
-            "wrap_jax (first process) = "
-            f"{format_ratio(ours[0]['total'] / wrap[0]['total'])}."
-        )
-        sections += [
-            "",
-            "## Compile time against the number of wrapped calls",
-            "",
-            "A chain of N calls, a PyTensor node between each, value and "
-            "gradient; fresh process, cold caches, no persistent XLA cache; "
-            "seconds from the graph's build to the first value:",
-            "",
-            scaling_table(folder),
-        ]
-        breakdown = run_child(
-            fill(BREAKDOWN, model="sir"), folder / "cache-breakdown", folder / "b.py"
-        )
-        sections += [
-            "",
-            "## Where a first process's build and compile go",
-            "",
-            "SIR, as_jax_op; "
-            "cumulative seconds under cProfile, which slows Python down, so read "
-            "them as shares):",
-            "",
-            markdown_table(
-                ["phase", "seconds"],
-                [(label, f"{seconds:.2f}") for label, seconds in breakdown.items()],
-            ),
-        ]
-        if not args.no_sampling:
+        if "first_value" in wanted:
+            results = measure(runs, folder)
+            sections += [
+                "## Fresh process to the first `logp_dlogp` value",
+                "",
+                "`rewrite` and `link` from PyTensor's compile profile; "
+                '`mode="JAX"` compiles the model frozen with '
+                "`freeze_dims_and_data`, as numpyro and nutpie's JAX backend do.",
+                "",
+                phase_table(results),
+                "",
+            ]
+            ours = results[label("sir", None)]
+            pure = results[label("sir_pytensor", None)]
+            wrap = results[label("sir_wrap_jax", None)]
+            sections.append(
+                "SIR, second process: ours / pure PyTensor = "
+                f"{format_ratio(ours[1]['total'] / pure[1]['total'])}; ours / "
+                "wrap_jax (first process) = "
+                f"{format_ratio(ours[0]['total'] / wrap[0]['total'])}."
+            )
+        if "scaling" in wanted:
+            sections += [
+                "",
+                "## Compile time against the number of wrapped calls",
+                "",
+                "A chain of N calls, a PyTensor node between each, value and "
+                "gradient; fresh process, cold caches, no persistent XLA cache; "
+                "seconds from the graph's build to the first value:",
+                "",
+                scaling_table(folder),
+            ]
+        if "first_value" in wanted:
+            breakdown = run_child(
+                fill(BREAKDOWN, model="sir"),
+                folder / "cache-breakdown",
+                folder / "b.py",
+            )
+            sections += [
+                "",
+                "## Where a first process's build and compile go",
+                "",
+                "SIR, as_jax_op; "
+                "cumulative seconds under cProfile, which slows Python down, so read "
+                "them as shares):",
+                "",
+                markdown_table(
+                    ["phase", "seconds"],
+                    [(label, f"{seconds:.2f}") for label, seconds in breakdown.items()],
+                ),
+            ]
+        if "first_value" in wanted and not args.no_sampling:
             compiledir = folder / "cache-sample"
             script = folder / "sample.py"
             runs = [run_child(fill(SAMPLE), compiledir, script) for _ in range(2)]
@@ -500,7 +544,8 @@ def main(argv=None) -> None:
             ]
     text = "\n".join(sections) + "\n"
     print(text)
-    output = args.output or HERE / "results" / "cold_start.md"
+    name = f"cold_start_{args.only}" if args.only else "cold_start"
+    output = args.output or HERE / "results" / f"{name}.md"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
     print(f"written to {output}")

@@ -4,11 +4,13 @@ A PyMC model whose ODE is a wrapped JAX function computes its likelihood in
 PyTensor. Without islands, the default (Numba) linker runs the forward op, the
 likelihood and its gradient in Numba, and the pullback as two XLA programs
 glued through the host; the ``jax_islands`` rewrite makes all of it one XLA
-program. Measured side by side in one run, for two models:
+program. Measured side by side in one run, for three models:
 
 * ``sir``: the issue's model: 8 knots of a cubic-interpolated transmission
   rate (a symbolic callable) inside a diffrax SIR solve (Tsit5 + PID, 50 daily
   saves), negative-binomial daily cases;
+* ``boarding_school``: Stan's SIR case study (``examples/boarding_school_sir.py``:
+  diffrax ``Dopri5``, two rates, 14 daily counts);
 * ``seir``: the main job's model (``examples/seir_time_varying.py``).
 
 Per call of ``model.logp_dlogp_function()`` at the initial point (medians of
@@ -329,10 +331,12 @@ def fixed_cost_table(args) -> str:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter runs")
-    parser.add_argument("--models", nargs="+", choices=["sir", "seir"], default=None)
+    parser.add_argument(
+        "--models", nargs="+", choices=["sir", "boarding_school", "seir"], default=None
+    )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
-    args.models = args.models or ["sir", "seir"]
+    args.models = args.models or ["sir", "boarding_school", "seir"]
     args.repeats = 9 if args.quick else 21
     args.batch_seconds = 0.1 if args.quick else 0.25
     args.draws = 100 if args.quick else 300

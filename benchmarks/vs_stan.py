@@ -415,7 +415,11 @@ def report(store: dict, settings: argparse.Namespace) -> str:
         "* Step budget: diffrax's default `max_steps=4096` and Stan's "
         "`max_num_steps=1e6`, both run for every diffrax route. A solve out of "
         "steps is a rejected proposal in every route (diffrax: `throw=False` and "
-        "NaN states, a non-finite log-density; Stan: an exception in the solve).",
+        "NaN states, a non-finite log-density; Stan: an exception in the solve). "
+        "The routes of `as_jax_op` run with `EQX_ON_ERROR=nan`, as the example "
+        "sets it: equinox's other checks in the solve give NaN too, and the "
+        "program, free of host callbacks, is served from the trace cache in a "
+        "later process (`pytensor.wrap_jax` has no such cache).",
         "* Gradients: Stan integrates the forward sensitivities with the states "
         "(error control over both); diffrax differentiates its own steps in "
         "reverse mode (`RecursiveCheckpointAdjoint`); `pm.ode` integrates forward "
