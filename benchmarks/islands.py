@@ -358,7 +358,7 @@ def main(argv=None) -> None:
     sections = [
         "# JAX islands: `logp_dlogp` per call and nutpie",
         "",
-        f"`python benchmarks/islands.py{' --quick' if args.quick else ''}`; "
+        f"`python benchmarks/islands.py{' '.join(['', *(argv or sys.argv[1:])])}`; "
         f"medians of {args.repeats} interleaved batches of about "
         f"{args.batch_seconds} s; spread = interquartile range / median.",
         "",
