@@ -1,4 +1,4 @@
-"""Scripts of ``examples/`` and ``benchmarks/`` (no packages), imported by tests."""
+"""Scripts of ``examples/`` and ``benchmarks/`` (no packages), and the guide's code, for tests."""
 
 import contextlib
 import importlib.util
@@ -38,3 +38,16 @@ def imported_scripts(*paths: Path) -> Iterator[tuple[ModuleType, ...]]:
             sys.modules.pop(path.stem, None)
         for folder in folders:
             sys.path.remove(folder)
+
+
+def guide_block(language: str, section: str = "Coming from Stan") -> str:
+    """The first ``language`` code block of the guide's ``section``, dedented."""
+    guide = (ROOT / "doc" / "library" / "jax_ofg.rst").read_text()
+    text = guide[guide.index(f"{section}\n") :]
+    block = text[text.index(f".. code-block:: {language}\n") :].split("\n\n", 1)[1]
+    lines = []
+    for line in block.splitlines():
+        if line and not line.startswith("   "):
+            break
+        lines.append(line[3:])
+    return "\n".join(lines).strip()

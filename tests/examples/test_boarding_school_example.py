@@ -7,7 +7,7 @@ import arviz as az
 import numpy as np
 import pytest
 from _fresh_process import run_python
-from _scripts import EXAMPLES, ROOT, imported_scripts
+from _scripts import EXAMPLES, guide_block, imported_scripts
 from scipy.integrate import solve_ivp
 
 
@@ -144,21 +144,6 @@ def test_default_run_agrees_with_stan(example, tmp_path):
     # the data sit inside the 99% predictive intervals
     low, high = predicted.quantile([0.005, 0.995], dim=("chain", "draw")).values
     assert ((low <= example.CASES) & (high >= example.CASES)).all()
-
-
-def guide_block(language: str) -> str:
-    """The guide's "Coming from Stan" code block in ``language`` (stan or python)."""
-    guide = (ROOT / "doc" / "library" / "jax_ofg.rst").read_text()
-    section = guide[guide.index("Coming from Stan\n") :]
-    block = section[section.index(f".. code-block:: {language}\n") :].split("\n\n", 1)[
-        1
-    ]
-    lines = []
-    for line in block.splitlines():
-        if line and not line.startswith("   "):
-            break
-        lines.append(line[3:])
-    return "\n".join(lines).strip()
 
 
 def test_guide_pymc_model_is_the_examples(example):

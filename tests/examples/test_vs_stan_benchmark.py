@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
-from _scripts import BENCHMARKS, EXAMPLES, ROOT, imported_scripts
+from _scripts import BENCHMARKS, EXAMPLES, guide_block, imported_scripts
 
 
 pytestmark = pytest.mark.slow
@@ -98,21 +98,6 @@ def test_guide_stan_program_is_the_benchmarks(benchmark_models):
         "array[n_days] vector[3] y = ode_rk45(sir, y0, t0, ts, beta, gamma, N);"
     ]
     assert guide == [line for line in benchmark if line]
-
-
-def guide_block(language: str) -> str:
-    """The guide's "Coming from Stan" code block in ``language`` (stan or python)."""
-    guide = (ROOT / "doc" / "library" / "jax_ofg.rst").read_text()
-    section = guide[guide.index("Coming from Stan\n") :]
-    block = section[section.index(f".. code-block:: {language}\n") :].split("\n\n", 1)[
-        1
-    ]
-    lines = []
-    for line in block.splitlines():
-        if line and not line.startswith("   "):
-            break
-        lines.append(line[3:])
-    return "\n".join(lines).strip()
 
 
 def fake_run(route, means, *, whole=10.0, mcse=0.001):
