@@ -1,23 +1,57 @@
-"""Test helpers in this folder (``_fresh_process``) are importable from every test.
+"""The whole suite checks the trace cache: every hit is verified against a fresh trace.
 
-Pytest puts the folder of each ``conftest.py`` on ``sys.path`` (the default
+Test helpers in this folder (``_fresh_process``) are importable from every test:
+pytest puts the folder of each ``conftest.py`` on ``sys.path`` (the default
 "prepend" import mode), also when only a sub-folder's tests are collected.
+
+The suite runs with ``jax_ofg__trace_cache=verify``: in this process with a
+trace folder of its own (a test counting traces must not depend on what
+earlier runs left on disk), and in the fresh processes tests start (through
+``PYTENSOR_FLAGS``, unless a test sets its own flags) with the usual one,
+where entries of earlier runs are verified too. A test that counts traces
+switches to ``on`` itself. At the end, the run says how many hits were
+verified (every process's counts, collected in a folder named by
+``JAX_OFG_TRACE_CACHE_COUNTS``).
 """
 
+import os
+import tempfile
+
+import _trace_cache_counts
 import pytest
 
 
+def pytest_configure(config):
+    if _trace_cache_counts.VARIABLE not in os.environ:  # the controller
+        os.environ[_trace_cache_counts.VARIABLE] = tempfile.mkdtemp(
+            prefix="jax_ofg_trace_cache_counts-"
+        )
+    flags = os.environ.get("PYTENSOR_FLAGS", "")
+    if "jax_ofg__trace_cache" not in flags:
+        os.environ["PYTENSOR_FLAGS"] = ",".join(
+            f for f in (flags, "jax_ofg__trace_cache=verify") if f
+        )
+
+
 @pytest.fixture(autouse=True, scope="session")
-def _no_trace_cache_in_this_process():
-    """Tests in this process see only its own traces, not earlier runs' on disk.
-
-    The trace cache (``compiledir/jax_ofg_traces``) would make traces that a
-    test counts depend on what earlier test runs left there. Fresh-process
-    tests (``test_jax_ofg_trace_cache.py``, ``test_jax_ofg_cold_start.py``)
-    run with their own ``compiledir`` and the cache on.
-    """
+def _trace_cache_verified(tmp_path_factory):
     import pytensor
-    import pytensor.compile.jax_ofg
+    from pytensor.compile import jax_ofg_trace_cache as trace_cache
 
-    with pytensor.config.change_flags(jax_ofg__trace_cache=False):
-        yield
+    folder = tmp_path_factory.mktemp("jax_ofg_traces")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            trace_cache,
+            "trace_cache_dir",
+            lambda: None if trace_cache.mode() == "off" else folder,
+        )
+        with pytensor.config.change_flags(jax_ofg__trace_cache="verify"):
+            yield
+    _trace_cache_counts.write()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        line = _trace_cache_counts.summary()
+        if line:
+            terminalreporter.write_line(line)

@@ -23,8 +23,10 @@ layer                     modules (``pytensor/compile/`` unless noted)
 base                      ``jax_ofg_lru`` (bounded memos), ``jax_ofg_errors``
                           (where an error came from), ``jax_ofg_fork`` (fork
                           guard), ``jax_ofg_fingerprints`` (content keys),
+                          ``jax_ofg_reads`` (what a trace reads),
+                          ``jax_ofg_checks`` (equinox's checks as a flag),
                           ``jax_ofg_xla_cache`` (JAX's persistent cache),
-                          ``jax_ofg_trace_cache`` (traces on disk)
+                          ``jax_ofg_trace_cache`` (traces kept, never stale)
 inner functions, shapes   ``jax_ofg_functions`` (pytree function over flat
                           arrays), ``jax_ofg_packing`` (one buffer per
                           dtype), ``jax_ofg_shapes`` (output types by
@@ -68,6 +70,7 @@ except ImportError as _error:  # pragma: no cover - exercised in a subprocess te
 from pytensor.compile import (
     jax_ofg_fork,
     jax_ofg_processes,
+    jax_ofg_reads,
     jax_ofg_trace_cache,
     jax_ofg_xla_cache,
 )
@@ -160,8 +163,11 @@ def install() -> None:
        compiled with ``mode="JAX"``.
     6. **Start-up**: the PyTensor flags ``jax_ofg__xla_cache`` (JAX's
        persistent compilation cache under PyTensor's ``compiledir``) and
-       ``jax_ofg__trace_cache`` (traces kept on disk, next to it:
-       :mod:`~pytensor.compile.jax_ofg_trace_cache`).
+       ``jax_ofg__trace_cache`` (traces kept in memory and on disk, next to
+       it: :mod:`~pytensor.compile.jax_ofg_trace_cache`); what traces read
+       from the environment and from files is noted
+       (:mod:`~pytensor.compile.jax_ofg_reads`: an audit hook, and notes in
+       ``os.environ``'s class).
     7. **Errors**: JAX's log of a failed callback is dropped when the error
        comes out of one of our calls, which names the function itself
        (:class:`~pytensor.compile.jax_ofg_errors.MuteCallbackLogs`).
@@ -199,6 +205,7 @@ def install() -> None:
         jax_ofg_xla_cache.add_config_flag()
         jax_ofg_xla_cache.configure_xla_cache()
         jax_ofg_trace_cache.add_config_flag()
+        jax_ofg_reads.install()
 
         logging.getLogger(CALLBACK_LOGGER).addFilter(MuteCallbackLogs())
 

@@ -203,7 +203,7 @@ class MuteCallbackLogs(logging.Filter):
     #: ``(module, function)`` of the frames that call compiled programs.
     CALLERS = frozenset(
         {
-            ("pytensor.compile.jax_ofg_host", "program"),
+            ("pytensor.compile.jax_ofg_programs", "__call__"),
             ("pytensor.compile.jax_ofg_processes", "__call__"),
         }
     )

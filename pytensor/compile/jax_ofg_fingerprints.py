@@ -119,9 +119,11 @@ __all__ = [
     "Undescribable",
     "describe",
     "describe_environment",
+    "describe_or_raise",
     "digest",
     "environment_fingerprint",
     "fingerprint",
+    "fingerprint_or_raise",
     "module_kind",
     "project_files",
     "stable_key",
@@ -157,6 +159,11 @@ def fingerprint(value: Any) -> str | None:
     return None if text is None else digest(text)
 
 
+def fingerprint_or_raise(value: Any) -> str:
+    """As :func:`fingerprint`; raises :class:`Undescribable` with the reason."""
+    return digest(describe_or_raise(value, strict=True))
+
+
 def describe(value: Any, strict: bool = True) -> str | None:
     """The readable description behind :func:`fingerprint` and :func:`stable_key`.
 
@@ -173,11 +180,36 @@ def describe(value: Any, strict: bool = True) -> str | None:
     '_thread.lock:<unlocked _thread.lock object>'
     """
     try:
-        return _Describer(strict)(value)
+        return describe_or_raise(value, strict)
     except Undescribable:
         return None
+
+
+def describe_or_raise(value: Any, strict: bool = True) -> str:
+    """As :func:`describe`; in strict mode, raises :class:`Undescribable` with the reason.
+
+    Any error while describing counts as undescribable: a description is
+    never made weaker by leaving out what failed.
+
+    >>> describe_or_raise(threading.Lock())
+    Traceback (most recent call last):
+    ...
+    pytensor.compile.jax_ofg_fingerprints.Undescribable: an object with opaque state: lock
+    """
+    try:
+        return _Describer(strict)(value)
+    except Undescribable:
+        raise
     except RecursionError:  # a structure too deep to describe
-        return None if strict else f"{_qualified(type(value))}:<too deep>"
+        if strict:
+            raise Undescribable("a structure too deep to describe") from None
+        return f"{_qualified(type(value))}:<too deep>"
+    except Exception as error:
+        if strict:
+            raise Undescribable(
+                f"describing it raised {type(error).__name__}: {error}"
+            ) from error
+        return f"{_qualified(type(value))}:<{type(error).__name__}>"
 
 
 def stable_key(value: Any) -> str:
@@ -260,9 +292,8 @@ def _classify(name: str, module: Any, file: str | None) -> Kind:
         if file is None:
             return _USER
     owner = _owning_distribution(top, file)
-    if owner is None or owner.local:
-        return _USER
-    return ("library", f"{owner.name}=={owner.version}")
+    tag = None if owner is None else _tag(owner)
+    return _USER if tag is None else ("library", tag)
 
 
 @functools.cache
@@ -282,94 +313,82 @@ def _under(file: str, folders: Iterable[str]) -> bool:
     return any(file.startswith(os.path.join(folder, "")) for folder in folders)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Distribution:
-    name: str
-    version: str
-    #: installed from a local directory or file: its version proves nothing
-    local: bool
-    #: the RECORD file's text ("" when it has none)
-    record: str
-    #: the top-level names it declares (top_level.txt), empty when unknown
-    top_level: frozenset[str]
+def _provenance(release: str, direct_url: str | None) -> str | None:
+    """How an installed distribution's files are pinned (see ``direct_url.json``).
+
+    An install by name from an index by its release; a VCS install by its
+    commit, an archive by its hash; a local directory or file by nothing:
+    it can be rebuilt under an unchanged version.
+
+    >>> _provenance("a==1", None)
+    'a==1'
+    >>> _provenance("a==1", '{"url": "https://x/a.git", "vcs_info": {"commit_id": "c0ffee"}}')
+    'a==1@c0ffee'
+    >>> _provenance("a==1", '{"url": "file:///src/a", "dir_info": {}}') is None
+    True
+    """
+    if direct_url is None:
+        return release
+    try:
+        info = json.loads(direct_url)
+        url = info.get("url", "")
+        commit = (info.get("vcs_info") or {}).get("commit_id")
+        archive = info.get("archive_info") or {}
+    except (ValueError, AttributeError):
+        return None
+    if url.startswith("file:") or "dir_info" in info:
+        return None
+    if commit:
+        return f"{release}@{commit}"
+    hashes = archive.get("hashes") or (
+        {"hash": archive["hash"]} if "hash" in archive else {}
+    )
+    return f"{release}#{sorted(hashes.items())}" if hashes else None
 
 
 @functools.cache
-def _distribution(info: str) -> _Distribution:
-    folder = Path(info)
-    headers = _headers(_read(folder / "METADATA"))
-    direct = _read(folder / "direct_url.json")
-    local = False
-    if direct:
-        try:
-            local = json.loads(direct).get("url", "").startswith("file:")
-        except (ValueError, AttributeError):
-            local = True
-    return _Distribution(
-        name=headers.get("name", folder.stem),
-        version=headers.get("version", "?"),
-        local=local,
-        record="\n" + _read(folder / "RECORD"),
-        top_level=frozenset(_read(folder / "top_level.txt").split()),
-    )
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _headers(metadata: str) -> dict[str, str]:
-    """``Name`` and ``Version`` of a METADATA file (the email parser is slow)."""
-    headers = {}
-    for line in metadata.splitlines():
-        if not line.strip():
-            break
-        key, _, value = line.partition(":")
-        if key.lower() in ("name", "version"):
-            headers[key.lower()] = value.strip()
-    return headers
+def _distributions_in(folder: str) -> tuple[importlib.metadata.Distribution, ...]:
+    return tuple(importlib.metadata.distributions(path=[folder]))
 
 
 @functools.cache
-def _distribution_infos(folder: str) -> tuple[str, ...]:
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return ()
-    return tuple(
-        os.path.join(folder, n) for n in sorted(names) if n.endswith(".dist-info")
-    )
+def _record(dist: importlib.metadata.Distribution) -> str:
+    """The distribution's file list (RECORD), one file per line ("" if none)."""
+    return "\n" + (dist.read_text("RECORD") or "")
+
+
+@functools.cache
+def _tag(dist: importlib.metadata.Distribution) -> str | None:
+    """``name==version`` and how it is pinned (:func:`_provenance`)."""
+    release = f"{dist.metadata['Name']}=={dist.version}"
+    return _provenance(release, dist.read_text("direct_url.json"))
 
 
 def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
-def _owning_distribution(top: str, file: str) -> _Distribution | None:
+def _owning_distribution(top: str, file: str) -> importlib.metadata.Distribution | None:
     """The installed distribution that recorded ``file`` (of top-level ``top``)."""
     file = os.path.abspath(file)
     folder = _install_folder(top, file)
     if folder is None:
         return None
+    dists = _distributions_in(folder)
+    # The distribution named like the package first: usually it is the one
+    # (the folder's name, to avoid parsing every METADATA).
+    named = [d for d in dists if _folder_name(d) == _normalized(top)]
     relative = os.path.relpath(file, folder).replace(os.sep, "/")
-    infos = _distribution_infos(folder)
-    # The distribution named like the package first: usually it is the one.
-    named = [i for i in infos if _info_name(i) == _normalized(top)]
-    for info in [*named, *(i for i in infos if i not in named)]:
-        dist = _distribution(info)
-        if dist.record.strip():
-            if f"\n{relative}," in dist.record:
-                return dist
-        elif top in dist.top_level or info in named:
-            return dist  # no file list: trust the declared or matching name
+    for dist in [*named, *(d for d in dists if d not in named)]:
+        record = _record(dist)
+        if f"\n{relative}," in record or (not record.strip() and dist in named):
+            return dist
     return None
 
 
-def _info_name(info: str) -> str:
-    stem = os.path.basename(info).removesuffix(".dist-info")
+def _folder_name(dist: importlib.metadata.Distribution) -> str:
+    path = getattr(dist, "_path", None)  # PathDistribution's folder; only an order
+    stem = Path(str(path)).name.removesuffix(".dist-info") if path else ""
     return _normalized(stem.rpartition("-")[0] or stem)
 
 
@@ -962,7 +981,12 @@ class _Describer:
             kind = module_kind(wrapped.__globals__.get("__name__"))
             if kind[0] != "user" and "<locals>" not in wrapped.__qualname__:
                 return f"jit({self(wrapped)})"  # a library's own jitted function
-        options = info._replace(fun_sourceinfo=None, fun_signature=None)
+        try:  # JAX's private JitInfo: its options, without source locations
+            options = info._replace(fun_sourceinfo=None, fun_signature=None)
+        except Exception as error:
+            raise Undescribable(
+                f"the options of a jax.jit function ({error})"
+            ) from error
         return f"jit({self(wrapped)}, {self(options)})"
 
     def pytree_node(self, value: Any) -> str | None:
@@ -1136,13 +1160,19 @@ def _importable_name(value: Any) -> str | None:
 
 
 def _pytree_registration(cls: type) -> Any:
-    """The flatten/unflatten functions JAX holds for a user's pytree class."""
+    """The flatten/unflatten functions JAX holds for a user's pytree class.
+
+    Read from JAX's registry (private); a JAX without it cannot describe a
+    user's pytree class faithfully, so the description is refused.
+    """
     try:
         from jax._src import tree_util
 
         return tree_util._registry.get(cls)
-    except Exception:  # a JAX without that registry: the class alone
-        return None
+    except Exception as error:
+        raise Undescribable(
+            f"JAX's pytree registry cannot be read ({error}) to describe {cls!r}"
+        ) from error
 
 
 _EXACT: dict[type, Callable[[_Describer, Any], str]] = {

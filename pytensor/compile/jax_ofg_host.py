@@ -18,36 +18,25 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from pytensor.compile import jax_ofg_fork
+from pytensor.compile import jax_ofg_trace_cache as trace_cache
 from pytensor.compile.jax_ofg_errors import report, runtime_error_counts
-from pytensor.compile.jax_ofg_fingerprints import fingerprint
+from pytensor.compile.jax_ofg_fingerprints import Undescribable, fingerprint_or_raise
 from pytensor.compile.jax_ofg_lru import BoundedCache
 from pytensor.compile.jax_ofg_packing import DtypePacking, Plan
-from pytensor.compile.jax_ofg_programs import jit_through_trace_cache
+from pytensor.compile.jax_ofg_programs import Program
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import HasMultipleInnerGraph, is_thunk_type
 from pytensor.graph.traversal import apply_ancestors
 from pytensor.tensor.type import TensorType
 
 
-#: Jitted functions of recently used ops (see :attr:`JaxHostOp.jitted`).
-JITTED = BoundedCache(64)
+#: Programs of recently used ops (see :attr:`JaxHostOp.program`).
+PROGRAMS = BoundedCache(64)
 
 HostFunction = Callable[..., list[np.ndarray]]
-
-
-def static_value(x: Any) -> int | tuple[int, ...]:
-    """A static input as ``jax.jit`` takes it: a Python integer, or a tuple of them.
-
-    >>> static_value(np.array(3)), static_value(np.array([2, 5]))
-    (3, (2, 5))
-    """
-    if np.ndim(x) == 0:
-        return int(x)
-    return tuple(int(v) for v in np.ravel(x))
 
 
 class JaxHostOp:
@@ -83,89 +72,40 @@ class JaxHostOp:
         return runtime_error_counts().get(str(self), 0)
 
     @property
-    def jitted(self) -> Callable:
-        """``jax.jit`` of :meth:`jax_callable`, shared by equal ops.
-
-        Kept in a bounded cache, not on the op: PyTensor's rewriters keep
-        every op they have seen, and a jitted function holds its compiled
-        executables. Compiled PyTensor functions hold their own reference.
-        """
-        op_print = fingerprint(self)
-        if op_print is None:
-            return jax.jit(self.jax_callable())
-        return JITTED.get((self, op_print), lambda: jax.jit(self.jax_callable()))
-
-    @property
     def packing(self) -> DtypePacking:
         """How the outputs leave XLA: one buffer per dtype."""
         return DtypePacking.of([t.dtype for t in self.output_types])
 
-    def _packed(self) -> tuple[Callable, dict]:
-        """``jax.jit`` of the function with packed outputs, and the output
-        shapes it was traced with, by :meth:`_signature` of the inputs."""
+    @property
+    def program(self) -> Program:
+        """The jitted program (through the trace cache), shared by equal ops.
 
-        def build() -> tuple[Callable, dict]:
-            fn, packing = self.jax_callable(), self.packing
-            traced_shapes: dict[tuple, tuple] = {}
+        Looked up when a function is compiled, never per call: by the op and
+        what its wrapped functions compute now (a global edited since gives
+        another program); a program whose traces read an environment
+        variable or a file that changed since is replaced.
+        """
+        try:
+            op_print = fingerprint_or_raise(self)
+        except Undescribable as error:
+            names = ", ".join(self.wrapped_function_names())
+            trace_cache.uncached(names, "program", str(error))
+            return self._new_program(None)
+        key = (self, op_print)
+        program = PROGRAMS.peek(key)
+        if program is None or not program.is_current():
+            program = self._new_program(op_print)
+            PROGRAMS.put(key, program)
+        return program
 
-            def packed(*inputs):
-                outputs = fn(*inputs)
-                traced_shapes[self._signature(inputs)] = tuple(
-                    tuple(o.shape) for o in outputs
-                )
-                return packing.pack(outputs)
-
-            static = self.static_inputs
-            jitted = jit_through_trace_cache(
-                packed, static, op_print, self._signature, traced_shapes
-            )
-            if not static:
-                return jitted, traced_shapes
-
-            def with_static_integers(*inputs):
-                return jitted(
-                    *(
-                        static_value(x) if i in static else x
-                        for i, x in enumerate(inputs)
-                    )
-                )
-
-            return with_static_integers, traced_shapes
-
-        # Keyed by what the program depends on: a global the wrapped function
-        # reads, edited since, makes another program. An undescribable one
-        # is traced again for every compiled function (never stale).
-        op_print = fingerprint(self)
-        if op_print is None:
-            return build()
-        return JITTED.get((self, "packed", op_print), build)
-
-    def _output_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
-        """The output shapes for ``inputs``, by an abstract trace."""
-        static = {i: static_value(inputs[i]) for i in self.static_inputs}
-        fn = self.jax_callable()
-
-        def with_statics(*traced):
-            values = iter(traced)
-            return fn(
-                *(
-                    static[i] if i in static else next(values)
-                    for i in range(len(inputs))
-                )
-            )
-
-        traced = [x for i, x in enumerate(inputs) if i not in static]
-        return tuple(tuple(s.shape) for s in jax.eval_shape(with_statics, *traced))
-
-    def _signature(self, inputs: Sequence[Any]) -> tuple:
-        """What the output shapes depend on: input shapes, static input values."""
-        return (
-            tuple(jnp.shape(x) for x in inputs),
-            tuple(static_value(inputs[i]) for i in self.static_inputs),
+    def _new_program(self, op_print: str | None) -> Program:
+        name = ", ".join(self.wrapped_function_names())
+        return Program(
+            self.jax_callable(), self.packing, self.static_inputs, op_print, name
         )
 
-    def _program(self, packed: Callable) -> Callable[..., list[np.ndarray]]:
-        """``packed`` on host arrays, returning its buffers as (read-only) NumPy arrays.
+    def _program(self, program: Program) -> Callable[..., list[np.ndarray]]:
+        """``program`` on host arrays, returning its buffers as (read-only) NumPy arrays.
 
         The one place a host call enters JAX: it refuses to run in a process
         forked after JAX started (JAX would deadlock), and names this op and
@@ -174,18 +114,18 @@ class JaxHostOp:
         """
         what = str(self)
 
-        def program(*inputs: np.ndarray) -> list[np.ndarray]:
+        def call(*inputs: np.ndarray) -> list[np.ndarray]:
             if jax_ofg_fork.forked_after_jax_started:
                 jax_ofg_fork.refuse_call_after_fork(what)
             try:
-                return [np.asarray(b) for b in packed(*inputs)]
+                return program(*inputs)
             except Exception as error:
                 report(error, what, self.wrapped_function_names(), self.error_hint())
                 raise
 
-        return program
+        return call
 
-    def _shapes_of_outputs(self, traced_shapes: dict) -> Callable[..., tuple]:
+    def _shapes_of_outputs(self, program: Program) -> Callable[..., tuple]:
         """The output shapes for some inputs, from the trace that served them."""
         static = tuple(tuple(t.shape) for t in self.output_types)
         if not any(None in shape for shape in static):
@@ -193,15 +133,12 @@ class JaxHostOp:
         seen: dict[tuple, tuple] = {}
 
         def output_shapes(*inputs: Any) -> tuple:
-            key = self._signature(inputs)
+            key = program.signature(inputs)
             if jax.config.jax_disable_jit:  # ran eagerly just now: other shapes
-                return traced_shapes[key]
+                return program.output_shapes[key]
             shapes = seen.get(key)
             if shapes is None:
-                shapes = traced_shapes.get(key)
-                if shapes is None:  # not traced through `packed` (never seen)
-                    shapes = self._output_shapes(inputs)
-                seen[key] = shapes
+                shapes = seen[key] = program.shapes_for(inputs)
             return shapes
 
         return output_shapes
@@ -216,11 +153,11 @@ class JaxHostOp:
         buffers JAX returned (see ``jax_ofg_readonly_outputs`` in
         :mod:`pytensor.tensor.rewriting.jax_ofg_readonly_outputs`).
         """
-        packed, traced_shapes = self._packed()
-        program, packing = self._program(packed), self.packing
+        compiled = self.program
+        program, packing = self._program(compiled), self.packing
         dtypes = [t.dtype for t in self.output_types]
         copied = tuple(writable) if writable is not None else (True,) * len(dtypes)
-        output_shapes = self._shapes_of_outputs(traced_shapes)
+        output_shapes = self._shapes_of_outputs(compiled)
         static = all(None not in t.shape for t in self.output_types)
         static_plan = packing.plan(output_shapes(), dtypes) if static else None
         if static_plan is not None and len(static_plan) == 1:
@@ -263,11 +200,11 @@ class JaxHostOp:
         every output's dims, output after output: the Numba dispatch slices
         the outputs out of the buffers in compiled code.
         """
-        packed, traced_shapes = self._packed()
-        program = self._program(packed)
+        compiled = self.program
+        program = self._program(compiled)
         if all(None not in t.shape for t in self.output_types):
             return lambda *inputs: tuple(program(*inputs))
-        output_shapes = self._shapes_of_outputs(traced_shapes)
+        output_shapes = self._shapes_of_outputs(compiled)
 
         def buffers_and_dims(*inputs: np.ndarray) -> tuple:
             buffers = program(*inputs)
@@ -280,10 +217,7 @@ class JaxHostOp:
 
     def host_call(self, *inputs: np.ndarray) -> list[np.ndarray]:
         """Run the op once on host arrays, returning writeable arrays."""
-        op_print = fingerprint(self)
-        if op_print is None:
-            return self.host_function()(*inputs)
-        return JITTED.get((self, "host", op_print), self.host_function)(*inputs)
+        return self.host_function()(*inputs)
 
     def perform(self, node: Apply, inputs: Sequence[Any], output_storage) -> None:
         for storage, value in zip(output_storage, self.host_call(*inputs)):

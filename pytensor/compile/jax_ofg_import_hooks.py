@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
+from pytensor.compile.jax_ofg_reads import ignored
+
 
 __all__ = ["JAX_BACKEND", "RunAfterImport", "after_import", "jax_backend"]
 
@@ -74,4 +76,7 @@ def after_import(name: str, callback: Callback) -> None:
 def jax_backend() -> ModuleType:
     """PyTensor's JAX backend, imported on first use (its callbacks run then)."""
     module = sys.modules.get(JAX_BACKEND)
-    return module if module is not None else importlib.import_module(JAX_BACKEND)
+    if module is None:
+        with ignored():  # what importing it reads is no input of a trace
+            module = importlib.import_module(JAX_BACKEND)
+    return module

@@ -50,6 +50,26 @@ class BoundedCache:
                 self._entries.popitem(last=False)
         return value
 
+    def peek(self, key: Hashable) -> Any:
+        """The value under ``key``, or None (marks it recently used)."""
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+            return value
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Keep ``value`` under ``key``, replacing what was there."""
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            if len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def pop(self, key: Hashable) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()

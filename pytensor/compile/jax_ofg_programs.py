@@ -1,154 +1,277 @@
-"""The jitted program of a host call, traced once across processes.
+"""The jitted program of a host-called op, traced once across processes.
 
-A :class:`~pytensor.compile.jax_ofg_host.JaxHostOp` runs one ``jax.jit``
-program per input signature. :func:`jit_through_trace_cache` builds it so
-that JAX, when it traces the program for a signature, first asks the trace
-cache (:mod:`~pytensor.compile.jax_ofg_trace_cache`):
+A :class:`~pytensor.compile.jax_ofg_host.JaxHostOp` (an ``OpFromJax``, a
+``JaxIsland``) runs in the Python, C VM and Numba linkers as one jitted JAX
+program per input signature, whose outputs leave XLA packed into one buffer
+per dtype. :class:`Program` builds it so that JAX, when it traces it for a
+signature, first asks the trace cache
+(:mod:`~pytensor.compile.jax_ofg_trace_cache`):
 
 * **hit**: the exported program (serialized StableHLO) is deserialized and
-  inlined -- the wrapped functions are not traced, and XLA finds the compiled
+  called -- the wrapped functions are not traced, and XLA finds the compiled
   program in its persistent cache;
-* **miss**: the function is traced once, exported and stored, and the export
-  is inlined, so this process compiles the very program later ones will ask
-  XLA's cache for;
-* **not exportable** (host callbacks, see the trace cache): the function's
-  own jitted trace is inlined, as without a cache, and a marker spares later
-  processes the attempt.
+* **miss**: the function is traced once (what it reads recorded), exported,
+  stored, and the export called, so this process compiles the very program
+  later ones will ask XLA's cache for;
+* **equinox's raising checks** (``eqx.error_if``, diffrax's ``throw=True``)
+  are host callbacks, which :mod:`jax.export` refuses: the program is exported
+  with each check setting a flag instead (:mod:`~pytensor.compile.jax_ofg_checks`).
+  A call whose flag is set runs the original program on the same inputs,
+  which raises the error the user would have seen;
+* **other host callbacks** (``jax.pure_callback``, ``jax.debug.print``): the
+  program cannot be exported and is traced in every process, as without a
+  cache (counted as uncached in ``trace_cache_info()``, with the reason).
 
-Either way calls take JAX's compiled fast path: nothing is added per call.
+Calls take JAX's compiled fast path: per call nothing is added but, for a
+program with checks, reading its flag.
 
 Registers nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from pytensor.compile import jax_ofg_trace_cache as trace_cache
+from pytensor.compile.jax_ofg_checks import (
+    NotFlaggable,
+    flag_checks,
+    holds_host_callbacks,
+)
+from pytensor.compile.jax_ofg_packing import DtypePacking
+from pytensor.compile.jax_ofg_reads import ReadLog, recording
 
 
-__all__ = ["holds_host_callbacks", "jit_through_trace_cache"]
-
-#: Stored in place of a program that cannot be exported.
-NOT_EXPORTABLE = "not exportable"
+__all__ = ["Program", "static_value"]
 
 
-def jit_through_trace_cache(
-    packed: Callable,
-    static_argnums: Sequence[int],
-    op_print: str | None,
-    signature: Callable[[Sequence[Any]], tuple],
-    traced_shapes: dict[tuple, tuple],
-) -> Callable:
-    """``jax.jit(packed, static_argnums)``, whose traces go through the trace cache.
+def static_value(x: Any) -> int | tuple[int, ...]:
+    """A static input as ``jax.jit`` takes it: a Python integer, or a tuple of them.
+
+    >>> static_value(np.array(3)), static_value(np.array([2, 5]))
+    (3, (2, 5))
+    """
+    if np.ndim(x) == 0:
+        return int(x)
+    return tuple(int(v) for v in np.ravel(x))
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    """A program on disk: serialized StableHLO, and what its trace found."""
+
+    serialized: bytes
+    output_shapes: tuple[tuple[int, ...], ...]
+    #: whether its last output is the flag of equinox's checks
+    flagged: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class NotExportable:
+    """In place of a program that cannot be exported, and why."""
+
+    reason: str
+
+
+def _module_text(entry: Exported | NotExportable) -> str:
+    """The program without source locations (they follow line numbers), for ``verify``."""
+    if isinstance(entry, NotExportable):
+        return entry.reason
+    text = jax.export.deserialize(bytearray(entry.serialized)).mlir_module()
+    return re.sub(r"\s*loc\([^()]*(\([^()]*\)[^()]*)*\)|#loc\d*\s*=.*", "", text)
+
+
+def _differs(cached: Any, fresh: Any) -> str | None:
+    if type(cached) is not type(fresh):
+        return f"cached {type(cached).__name__}, fresh {type(fresh).__name__}"
+    if isinstance(cached, Exported) and cached.output_shapes != fresh.output_shapes:
+        return f"output shapes {cached.output_shapes} and {fresh.output_shapes}"
+    if _module_text(cached) != _module_text(fresh):
+        return "the programs differ"
+    return None
+
+
+class Program:
+    """One op's jitted program on host arrays, traced through the trace cache.
 
     Parameters
     ----------
-    packed
-        The op's function of its inputs, returning packed buffers; while
-        traced it records its output shapes in ``traced_shapes``.
-    static_argnums
-        Positions of the static (Python integer) inputs.
-    op_print
-        The op's fingerprint (None: undescribable, so no cache).
-    signature
-        The key of ``traced_shapes`` for some inputs.
-    traced_shapes
-        Output shapes by signature: filled from the cache on a hit, where
-        ``packed`` is not traced.
+    function
+        The op's JAX function of its inputs, returning a tuple of outputs.
+    packing
+        How the outputs leave XLA (one buffer per dtype).
+    static
+        Positions of inputs passed as static Python integers (or tuples of
+        them): lengths the XLA program needs as constants.
+    key
+        What the program depends on besides its input signature (the op),
+        for the trace cache; None for a program the cache must not keep.
+    name
+        The op, for logs.
     """
-    static = tuple(static_argnums)
-    jitted = jax.jit(packed, static_argnums=static)
-    if op_print is None or trace_cache.trace_cache_dir() is None:
-        return jitted
 
-    def traced_or_loaded(*inputs: Any) -> Any:
+    def __init__(
+        self,
+        function: Callable,
+        packing: DtypePacking,
+        static: Sequence[int],
+        key: Any,
+        name: str,
+    ):
+        self.static = tuple(static)
+        self.key = key
+        self.name = name
+        #: output shapes by input signature, from the traces that served them
+        self.output_shapes: dict[tuple, tuple] = {}
+        #: what this program's traces read (environment, files)
+        self.reads = ReadLog()
+
+        def recorded(*inputs):
+            with recording(self.reads):
+                outputs = function(*inputs)
+            self.output_shapes[self.signature(inputs)] = tuple(
+                tuple(o.shape) for o in outputs
+            )
+            return packing.pack(outputs)
+
+        self._function = recorded
+        self.raising = jax.jit(recorded, static_argnums=self.static)
+        self._serving = (
+            jax.jit(self._traced_or_loaded, static_argnums=self.static)
+            if key is not None and trace_cache.mode() != "off"
+            else self.raising
+        )
+        #: buffers the program returns (a flagged program adds one: its flag)
+        self._n_buffers = len(packing.dtypes)
+        self._succeeded = False
+
+    def signature(self, inputs: Sequence[Any]) -> tuple:
+        """What the program's trace depends on: input shapes, static input values."""
+        return (
+            tuple(tuple(getattr(x, "shape", None) or jnp.shape(x)) for x in inputs),
+            tuple(static_value(inputs[i]) for i in self.static),
+        )
+
+    def is_current(self) -> bool:
+        """Whether everything its traces read still reads the same."""
+        return self.reads.reads().changed() is None
+
+    def __call__(self, *inputs: Any) -> list[np.ndarray]:
+        """The packed output buffers for host ``inputs``, as (read-only) NumPy arrays."""
+        if self.static:
+            inputs = tuple(
+                static_value(x) if i in self.static else x for i, x in enumerate(inputs)
+            )
+        buffers = [np.asarray(b) for b in self._serving(*inputs)]
+        if len(buffers) != self._n_buffers and buffers.pop():
+            # A check failed: the original program raises the user's error.
+            return self._raise(inputs)
+        self._succeeded = True
+        return buffers
+
+    def _raise(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        """Run the original program on ``inputs``, which fail one of its checks.
+
+        JAX raises a callback's error as ``JaxRuntimeError`` until a call of
+        the jitted function has succeeded, and as ``ValueError``, with the
+        same message, once its C++ fast path serves it. Without the cache the
+        program would have succeeded as often as this one has.
+        """
+        try:
+            return [np.asarray(b) for b in self.raising(*inputs)]
+        except jax.errors.JaxRuntimeError as error:
+            if not self._succeeded:
+                raise
+            raise ValueError(str(error)) from None
+
+    def shapes_for(self, inputs: Sequence[Any]) -> tuple:
+        """The output shapes for ``inputs`` (traced at their first call)."""
+        key = self.signature(inputs)
+        shapes = self.output_shapes.get(key)
+        if shapes is None:
+            static = {i: static_value(inputs[i]) for i in self.static}
+
+            def with_statics(*traced):
+                values = iter(traced)
+                return self._function(
+                    *(
+                        static[i] if i in static else next(values)
+                        for i in range(len(inputs))
+                    )
+                )
+
+            traced = [x for i, x in enumerate(inputs) if i not in static]
+            jax.eval_shape(with_statics, *traced)
+            shapes = self.output_shapes[key]
+        return shapes
+
+    # ------------------------------------------------------------- the trace
+    def _traced_or_loaded(self, *inputs: Any) -> Any:
+        """Traced by JAX once per signature: the exported program, or the raising one."""
         if jax.config.jax_disable_jit:  # eager: other shapes than traced
-            return jitted(*inputs)
-        dynamic = [x for i, x in enumerate(inputs) if i not in static]
+            return self.raising(*inputs)
+        dynamic = [x for i, x in enumerate(inputs) if i not in self.static]
+        statics = [inputs[i] for i in self.static]
         try:
             avals = [(tuple(x.shape), np.dtype(x.dtype).name) for x in dynamic]
         except (AttributeError, TypeError):  # not arrays: JAX says what is wrong
-            return jitted(*inputs)
-        statics = [inputs[i] for i in static]
-        key = trace_cache.key_of_prints(
-            "program", op_print, trace_cache.fingerprint((avals, statics))
-        )
-        entry = trace_cache.load(key, "program")
-        if entry == NOT_EXPORTABLE:
-            return jitted(*inputs)
-        if entry is not None:
-            try:
-                exported = jax.export.deserialize(bytearray(entry["exported"]))
-                outputs = exported.call(*dynamic)
-            except Exception:  # damaged, or from a JAX that cannot read it
-                pass
-            else:
-                traced_shapes[signature(inputs)] = entry["output_shapes"]
-                return outputs
+            return self.raising(*inputs)
         specs = [
-            x if i in static else jax.ShapeDtypeStruct(x.shape, x.dtype)
+            x if i in self.static else jax.ShapeDtypeStruct(x.shape, x.dtype)
             for i, x in enumerate(inputs)
         ]
-        # JAX's own jit trace, cached: the export and the call below reuse it.
-        # A program with host callbacks cannot be exported: found here, in
-        # the trace, before the export lowers it for nothing.
-        if holds_host_callbacks(jitted.trace(*specs).jaxpr):
-            trace_cache.store(key, "program", NOT_EXPORTABLE)
-            return jitted(*inputs)
+        with recording(self.reads):
+            entry = trace_cache.cached(
+                "program",
+                (self.key, avals, statics),
+                lambda: self._export(specs),
+                name=self.name,
+                differs=_differs,
+            )
+        if isinstance(entry, NotExportable):
+            trace_cache.uncached(self.name, "program", entry.reason)
+            return self.raising(*inputs)
         try:
-            exported = jax.export.export(jitted)(*specs)
-            blob = exported.serialize()
-        except Exception:  # another refusal, or no flatbuffers to serialize
-            trace_cache.store(key, "program", NOT_EXPORTABLE)
-            return jitted(*inputs)
-        trace_cache.store(
-            key,
-            "program",
-            {
-                "exported": bytes(blob),
-                "output_shapes": traced_shapes[signature(inputs)],
-            },
-        )
-        return exported.call(*dynamic)
+            exported = jax.export.deserialize(bytearray(entry.serialized))
+            outputs = exported.call(*dynamic)
+        except Exception:  # damaged, or from a JAX that cannot read it
+            return self.raising(*inputs)
+        self.output_shapes[self.signature(inputs)] = entry.output_shapes
+        return outputs
 
-    return jax.jit(traced_or_loaded, static_argnums=static)
+    def _export(self, specs: Sequence[Any]) -> Exported | NotExportable:
+        static = self.static
+        dynamic_specs = [s for i, s in enumerate(specs) if i not in static]
 
+        def function(*dynamic):
+            values = iter(dynamic)
+            return self._function(
+                *(specs[i] if i in static else next(values) for i in range(len(specs)))
+            )
 
-def _primitives(jaxpr: Any) -> Iterator[str]:
-    """The names of the primitives of a (closed) jaxpr, sub-jaxprs included."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    for equation in jaxpr.eqns:
-        yield equation.primitive.name
-        for parameter in equation.params.values():
-            for value in (
-                parameter if isinstance(parameter, tuple | list) else (parameter,)
-            ):
-                if hasattr(value, "eqns") or hasattr(
-                    getattr(value, "jaxpr", None), "eqns"
-                ):
-                    yield from _primitives(value)
+        jaxpr = jax.make_jaxpr(function)(*dynamic_specs)
+        output_shapes = self.output_shapes[self.signature(specs)]
+        flagged = False
+        program = jax.extend.core.jaxpr_as_fun(jaxpr)
+        try:
+            if holds_host_callbacks(jaxpr):
+                flagged, checked = True, flag_checks(jaxpr)
 
+                def program(*dynamic):
+                    outputs, failed = checked(*dynamic)
+                    return (*outputs, failed)
 
-def holds_host_callbacks(jaxpr: Any) -> bool:
-    """Whether a jaxpr calls back into Python (which :mod:`jax.export` refuses).
-
-    ``jax.pure_callback``, ``io_callback``, ``jax.debug.callback`` and
-    ``jax.debug.print``; equinox's runtime checks are pure callbacks.
-
-    >>> import jax.numpy as jnp
-    >>> def checked(x):
-    ...     jax.debug.print("x = {}", x)
-    ...     return 2 * x
-    >>> holds_host_callbacks(jax.make_jaxpr(checked)(1.0))
-    True
-    >>> holds_host_callbacks(jax.make_jaxpr(jnp.sin)(1.0))
-    False
-    """
-    return any(
-        "callback" in name or name == "debug_print" for name in _primitives(jaxpr)
-    )
+            exported = jax.export.export(jax.jit(program))(*dynamic_specs)
+            serialized = bytes(exported.serialize())
+        except NotFlaggable as error:
+            return NotExportable(f"it holds {error}, which jax.export cannot keep")
+        except Exception as error:  # another refusal, or no flatbuffers
+            return NotExportable(f"jax.export refused it: {type(error).__name__}")
+        return Exported(serialized, output_shapes, flagged)

@@ -1,36 +1,39 @@
-"""Traces on disk: what a later process would otherwise trace again.
+"""The trace cache: results of JAX traces, kept in memory and on disk, never stale.
 
 JAX's persistent cache keeps *compiled* programs, but every process still
 traces the wrapped functions: their output types when a graph is built, and
 each host-called program (an island, a lone op) at its first call -- seconds
-for a diffrax solve and its VJP. This module keeps the results of those
-traces under PyTensor's ``compiledir`` (``compiledir/jax_ofg_traces``), next
-to the XLA cache:
+for a diffrax solve and its VJP. :func:`cached` keeps what a trace produced:
 
-* **programs**: the jitted program of a host call, exported with
-  :mod:`jax.export` (serialized StableHLO) with the shapes of its outputs. A
-  later process deserializes it and runs it without tracing; XLA then finds
-  its compiled form in the persistent cache. A program with host callbacks
-  cannot be exported (``jax.pure_callback``, ``jax.debug.print``, and
-  equinox's runtime checks -- diffrax's included -- unless ``EQX_ON_ERROR`` is
-  ``nan`` or ``off``): it is traced as before, without warning, and a marker
-  says so, so that the next process does not try again;
-* **values**: small picklable results of abstract traces (the output types of
-  a wrapped call, the dtypes of VJP residuals).
+* in memory, for this process (a notebook builds the same model again);
+* on disk under PyTensor's ``compiledir`` (``compiledir/jax_ofg_traces``), for
+  later processes: programs exported with :mod:`jax.export` (see
+  :mod:`~pytensor.compile.jax_ofg_programs`), output types, VJP residual
+  dtypes, island selections.
 
-Every entry is found by a key that is never stale: a digest of what the
-trace depends on, from :func:`~pytensor.compile.jax_ofg_fingerprints.fingerprint`
-(code, closures, the globals the code reads, library versions, static
-arguments) and :func:`~pytensor.compile.jax_ofg_fingerprints.environment_fingerprint`
-(JAX and this package's versions, x64, the platform). A value that cannot be
-described gives no key: nothing is read or written.
+**Sound by construction.** An entry is found by a key describing everything
+the trace depends on that can be known before it runs
+(:func:`~pytensor.compile.jax_ofg_fingerprints.fingerprint`: code, closures,
+the globals the code reads, static arguments, library versions; and the
+environment: JAX's version and configuration, this package's source), and it
+holds what the trace *read* while it ran (:mod:`~pytensor.compile.jax_ofg_reads`:
+environment variables, files). An entry is used only when its reads still
+read the same; otherwise the trace runs again and replaces it. A function
+whose key cannot be described is not cached at all (**fail closed**): it is
+traced as without a cache, counted in :func:`trace_cache_info` with the
+reason, and logged at debug level by the ``pytensor.compile.jax_ofg`` logger.
 
-Writes are atomic (a temporary file in the same folder, then
-:func:`os.replace`), so processes filling the cache at once all work; an
-entry that cannot be read is a miss. The folder is kept under
-:data:`MAX_BYTES` by removing the least recently written entries.
-``jax_ofg__trace_cache=False`` (a PyTensor flag) turns the cache off;
-:func:`trace_cache_info` reports where it is and its size, :func:`clear_trace_cache`
+**Checked at scale.** With the flag ``jax_ofg__trace_cache=verify`` every hit
+is traced again anyway and compared with the entry; a difference raises
+:class:`StaleTraceError` naming the function and what differs. The test suite
+runs with it.
+
+The flag ``jax_ofg__trace_cache`` (a PyTensor flag) is ``on`` (default),
+``off`` (``False``: nothing is read from or written to disk; within a process
+traces are still shared, as JAX's own caches share them) or ``verify``. Disk writes are atomic (a temporary file in the same folder, then
+:func:`os.replace`), so processes filling the cache at once all work; an entry
+that cannot be read is a miss; the folder is kept under :data:`MAX_BYTES` by
+removing the least recently written entries. :func:`clear_trace_cache`
 empties it.
 
 Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
@@ -40,88 +43,238 @@ flag (:func:`add_config_flag`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import os
 import pickle
 import tempfile
+import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pytensor import config
 from pytensor.compile.jax_ofg_fingerprints import (
+    Undescribable,
+    describe_or_raise,
     digest,
     environment_fingerprint,
-    fingerprint,
 )
-from pytensor.configparser import BoolParam
+from pytensor.compile.jax_ofg_lru import BoundedCache
+from pytensor.compile.jax_ofg_reads import Reads, note, recording
+from pytensor.configparser import ConfigParam
 
 
 __all__ = [
     "MAX_BYTES",
+    "StaleTraceError",
+    "add_config_flag",
+    "cached",
     "clear_trace_cache",
-    "content_key",
-    "key_of_prints",
-    "load",
-    "memoized",
-    "store",
+    "mode",
     "trace_cache_dir",
     "trace_cache_info",
 ]
 
-#: The cache's size at most; the oldest entries go first beyond it.
+T = TypeVar("T")
+
+#: The cache's size on disk at most; the oldest entries go first beyond it.
 MAX_BYTES = 512 * 2**20
 
 #: Changes when what an entry holds changes.
-FORMAT = 1
+FORMAT = 2
+
+LOGGER = logging.getLogger("pytensor.compile.jax_ofg")
+
+
+class StaleTraceError(AssertionError):
+    """``jax_ofg__trace_cache=verify`` found an entry that differs from a fresh trace."""
+
+
+# ------------------------------------------------------------------- the flag
+_MODES = {"on": "on", "true": "on", "1": "on", "off": "off", "false": "off", "0": "off"}
+
+
+def _mode_value(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text == "verify":
+        return "verify"
+    if text in _MODES:
+        return _MODES[text]
+    raise ValueError(
+        f"jax_ofg__trace_cache must be 'on', 'off' or 'verify' (or True/False), "
+        f"got {value!r}."
+    )
 
 
 def add_config_flag() -> None:
-    """Add the PyTensor flag ``jax_ofg__trace_cache`` (default True)."""
+    """Add the PyTensor flag ``jax_ofg__trace_cache`` (default ``on``)."""
     if not hasattr(config, "jax_ofg__trace_cache"):
         config.add(
             "jax_ofg__trace_cache",
-            "Keep traces of pytensor-jax-ofg's wrapped functions on disk, in "
-            "compiledir/jax_ofg_traces: exported programs and output types, "
-            "reused by later processes instead of tracing again.",
-            BoolParam(True),
+            "Keep traces of pytensor-jax-ofg's wrapped functions (exported "
+            "programs, output types) in memory and in compiledir/jax_ofg_traces, "
+            "reused instead of tracing again: 'on', 'off', or 'verify' (trace "
+            "anyway and check every hit).",
+            ConfigParam("on", apply=_mode_value),
             in_c_key=False,
         )
 
 
+def mode() -> str:
+    """``"on"``, ``"off"`` or ``"verify"`` (the flag)."""
+    return _mode_value(getattr(config, "jax_ofg__trace_cache", "off"))
+
+
 def trace_cache_dir() -> Path | None:
-    """Where traces are kept; None when the cache is off."""
-    if not getattr(config, "jax_ofg__trace_cache", False):
+    """Where traces are kept on disk; None when that is off."""
+    if mode() == "off":
         return None
     return Path(config.compiledir) / "jax_ofg_traces"
 
 
-def content_key(kind: str, *parts: Any) -> str | None:
-    """The key of an entry of ``kind`` for what ``parts`` describe, or None.
+# ----------------------------------------------------------------- statistics
+_COUNTS: Counter = Counter()
+#: Functions left uncached in this process: name -> why.
+_UNCACHED: dict[str, str] = {}
+_LOCK = threading.Lock()
 
-    Each part is fingerprinted (:func:`~pytensor.compile.jax_ofg_fingerprints.fingerprint`);
-    the environment is always part of the key. None when the cache is off or
-    a part cannot be described.
+
+def _count(event: str) -> None:
+    with _LOCK:
+        _COUNTS[event] += 1
+
+
+def uncached(name: str, kind: str, reason: str) -> None:
+    """Note that ``name``'s ``kind`` trace is not cached, and why (logged once)."""
+    with _LOCK:
+        _COUNTS["uncached"] += 1
+        first = name not in _UNCACHED
+        _UNCACHED.setdefault(name, reason)
+    if first:
+        LOGGER.debug("trace cache: %s is not cached (%s): %s", name, kind, reason)
+
+
+# ---------------------------------------------------------------------- keys
+def key_of(kind: str, parts: Any) -> str:
+    """The key of a ``kind`` entry for what ``parts`` describe; raises Undescribable."""
+    text = describe_or_raise(parts, strict=True)
+    return digest(f"{FORMAT}|{kind}|{text}|{environment_fingerprint()}")
+
+
+# --------------------------------------------------------------------- entries
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A trace's result, and what the trace read while it ran."""
+
+    value: Any
+    reads: Reads = dataclasses.field(default_factory=Reads)
+
+
+#: Entries of this process, by (kind, key).
+_MEMORY = BoundedCache(1024)
+
+
+def cached[T](
+    kind: str,
+    parts: Any,
+    compute: Callable[[], T],
+    *,
+    name: str,
+    persist: bool = True,
+    differs: Callable[[T, T], str | None] | None = None,
+) -> T:
+    """What ``compute()`` traces, from the cache when a current entry exists.
+
+    Parameters
+    ----------
+    kind
+        What is cached (``"types"``, ``"program"``...): part of the key.
+    parts
+        What the result depends on (a wrapped function, input types...), for
+        the key. Undescribable parts leave the result uncached.
+    compute
+        Runs the trace; what it reads from the environment and from files is
+        recorded with the result.
+    name
+        The wrapped function, for logs and errors.
+    persist
+        Also keep the entry on disk (the value must pickle).
+    differs
+        For ``verify``: a description of how a cached and a fresh value
+        differ, or None when they do not (default: ``!=``).
     """
-    if trace_cache_dir() is None:
+    current = mode()
+    on_disk = persist and current != "off"
+    try:
+        key = key_of(kind, parts)
+    except Undescribable as error:
+        uncached(name, kind, str(error))
+        return compute()
+    entry = _lookup(kind, key, on_disk, name)
+    if entry is None:
+        _count("misses")
+        return _store(kind, key, _traced(compute), on_disk).value
+    _count("hits")
+    note(entry.reads)  # a trace using this value depends on its reads too
+    if current == "verify":
+        fresh = _traced(compute)
+        difference = (differs or _not_equal)(entry.value, fresh.value)
+        if difference is not None:
+            raise StaleTraceError(
+                f"The trace cache served a stale {kind} entry for {name}: a fresh "
+                f"trace gives another result ({difference}). Please report this; "
+                "set jax_ofg__trace_cache=off to work around it."
+            )
+        _count("verified")
+    return entry.value
+
+
+def _not_equal(cached_value: Any, fresh: Any) -> str | None:
+    if cached_value == fresh:
         return None
-    return key_of_prints(kind, *(fingerprint(part) for part in parts))
+    return f"cached {cached_value!r:.300}, fresh {fresh!r:.300}"
 
 
-def key_of_prints(kind: str, *prints: str | None) -> str | None:
-    """As :func:`content_key`, for parts already fingerprinted (None: undescribable)."""
-    if trace_cache_dir() is None or any(p is None for p in prints):
+def _traced(compute: Callable[[], Any]) -> Entry:
+    with recording() as log:
+        value = compute()
+    return Entry(value, log.reads())
+
+
+def _lookup(kind: str, key: str, persist: bool, name: str) -> Entry | None:
+    entry = _MEMORY.peek((kind, key))
+    if entry is None and persist:
+        entry = _load(key, kind)
+        if entry is not None:
+            _MEMORY.get((kind, key), lambda: entry)
+    if entry is None:
         return None
-    return digest(f"{FORMAT}|{kind}|{'|'.join(prints)}|{environment_fingerprint()}")
+    changed = entry.reads.changed()
+    if changed is not None:
+        _count("stale")
+        LOGGER.debug("trace cache: %s's %s changed: traced again", name, changed)
+        _MEMORY.pop((kind, key))
+        return None
+    return entry
 
 
+def _store(kind: str, key: str, entry: Entry, persist: bool) -> Entry:
+    _MEMORY.put((kind, key), entry)
+    if persist:
+        _write(key, kind, entry)
+    return entry
+
+
+# ----------------------------------------------------------------------- disk
 def _path(key: str, kind: str) -> Path | None:
     folder = trace_cache_dir()
     return None if folder is None else folder / f"{key}.{kind}"
 
 
-def load(key: str | None, kind: str) -> Any | None:
-    """The entry under ``key``, or None (a miss, also for an unreadable entry)."""
-    path = None if key is None else _path(key, kind)
+def _load(key: str, kind: str) -> Entry | None:
+    path = _path(key, kind)
     if path is None:
         return None
     try:
@@ -129,24 +282,21 @@ def load(key: str | None, kind: str) -> Any | None:
     except OSError:
         return None
     try:
-        return pickle.loads(data)
+        entry = pickle.loads(data)
     except Exception:  # written by an incompatible version, or damaged
         with contextlib.suppress(OSError):
             path.unlink()
         return None
+    return entry if isinstance(entry, Entry) else None
 
 
-def store(key: str | None, kind: str, value: Any) -> bool:
-    """Write ``value`` under ``key`` atomically; whether it was written.
-
-    A value that cannot be pickled, or a folder that cannot be written, is
-    not an error: the trace is just not kept.
-    """
-    path = None if key is None else _path(key, kind)
+def _write(key: str, kind: str, entry: Entry) -> bool:
+    """Write ``entry`` atomically; whether it was written (never an error)."""
+    path = _path(key, kind)
     if path is None:
         return False
     try:
-        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return False
     try:
@@ -159,16 +309,6 @@ def store(key: str | None, kind: str, value: Any) -> bool:
         return False
     _prune(path.parent)
     return True
-
-
-def memoized(key: str | None, kind: str, compute: Callable[[], Any]) -> Any:
-    """The entry under ``key``, else ``compute()``, stored for next time."""
-    found = load(key, kind)
-    if found is not None:
-        return found
-    value = compute()
-    store(key, kind, value)
-    return value
 
 
 def _entries(folder: Path) -> list[os.DirEntry]:
@@ -196,22 +336,37 @@ def _prune(folder: Path, max_bytes: int | None = None) -> None:
 
 
 def trace_cache_info() -> dict[str, Any]:
-    """Where the trace cache is, how many entries it holds and their size in bytes.
+    """The cache's state: where it is, its size, and what it did in this process.
 
-    >>> sorted(trace_cache_info())
-    ['bytes', 'entries', 'path']
+    ``path``, ``entries`` and ``bytes`` describe the disk folder (None, 0, 0
+    when the cache is off); ``hits``, ``misses``, ``stale`` (entries whose
+    recorded reads changed), ``verified`` (hits checked against a fresh trace)
+    and ``uncached`` count lookups of this process; ``uncached_functions``
+    maps each function left uncached to the reason.
+
+    >>> sorted(trace_cache_info())  # doctest: +NORMALIZE_WHITESPACE
+    ['bytes', 'entries', 'hits', 'misses', 'mode', 'path', 'stale',
+     'uncached', 'uncached_functions', 'verified']
     """
     folder = trace_cache_dir()
     entries = [] if folder is None else _entries(folder)
+    with _LOCK:
+        counts = {k: _COUNTS[k] for k in ("hits", "misses", "stale", "verified")}
+        counts["uncached"] = _COUNTS["uncached"]
+        reasons = dict(_UNCACHED)
     return {
+        "mode": mode(),
         "path": None if folder is None else str(folder),
         "entries": len(entries),
         "bytes": sum(e.stat().st_size for e in entries),
+        **counts,
+        "uncached_functions": reasons,
     }
 
 
 def clear_trace_cache() -> None:
-    """Remove every entry of the trace cache (``rm -r compiledir/jax_ofg_traces``)."""
+    """Empty the trace cache, in memory and on disk (``rm -r compiledir/jax_ofg_traces``)."""
+    _MEMORY.clear()
     folder = trace_cache_dir()
     for entry in [] if folder is None else _entries(folder):
         with contextlib.suppress(OSError):

@@ -38,9 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pytensor.compile import jax_ofg_trace_cache as trace_cache
-from pytensor.compile.jax_ofg_fingerprints import fingerprint
 from pytensor.compile.jax_ofg_functions import ArrayTuple, InnerFunction, static_key
-from pytensor.compile.jax_ofg_lru import BoundedCache
 from pytensor.compile.jax_ofg_packing import DtypePacking
 from pytensor.compile.jax_ofg_shapes import (
     STAND_IN_SIZES,
@@ -151,17 +149,29 @@ def _abstract_pullback(vjp: VJPFunction, primals: Sequence[Any]) -> Any:
 
     # The forward's residual rebuild traces it once more at every call: once
     # per signature is enough (a shape trace of an ODE solve takes a second).
-    # Keyed by what the trace reads, too (a global edited since).
-    vjp_print = fingerprint(vjp)
-    if vjp_print is None:
-        return jax.eval_shape(pullback, *traced)
-    return _PULLBACK_SHAPES.get(
-        (vjp, vjp_print, tuple(signature)), lambda: jax.eval_shape(pullback, *traced)
+    return trace_cache.cached(
+        "pullback_structure",
+        (vjp, tuple(signature)),
+        lambda: jax.eval_shape(pullback, *traced),
+        name=_name(vjp.forward),
+        persist=False,
+        differs=_structures_differ,
     )
 
 
-#: Abstract pullbacks by (VJP function, primal signature): see _abstract_pullback.
-_PULLBACK_SHAPES = BoundedCache(256)
+def _name(fn: Any) -> str:
+    return getattr(fn, "name", None) or type(fn).__name__
+
+
+def _structures_differ(cached: Any, fresh: Any) -> str | None:
+    """Whether two abstract pullbacks differ in their residuals' shapes and dtypes."""
+
+    def layout(tree: Any) -> list:
+        return [(tuple(x.shape), str(x.dtype)) for x in jax.tree_util.tree_leaves(tree)]
+
+    if layout(cached) == layout(fresh):
+        return None
+    return f"residuals {layout(cached)} and {layout(fresh)}"
 
 
 def residual_dtypes(
@@ -177,15 +187,11 @@ def residual_dtypes(
     with stand-in sizes; raises the tracing error when every attempt fails.
     A later process reads them from the trace cache.
     """
-    key = trace_cache.content_key(
+    return trace_cache.cached(
         "residual_dtypes",
-        vjp,
-        (tuple(input_shapes), tuple(input_dtypes), dict(traced_sizes or {})),
-    )
-    return trace_cache.memoized(
-        key,
-        "residual_dtypes",
+        (vjp, tuple(input_shapes), tuple(input_dtypes), dict(traced_sizes or {})),
         lambda: _traced_residual_dtypes(vjp, input_shapes, input_dtypes, traced_sizes),
+        name=_name(vjp.forward),
     )
 
 

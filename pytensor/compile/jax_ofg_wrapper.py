@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,8 +27,7 @@ import jax
 
 import pytensor.tensor as pt
 from pytensor.compile import jax_ofg_trace_cache as trace_cache
-from pytensor.compile.jax_ofg_dims import InputDims, input_dims
-from pytensor.compile.jax_ofg_fingerprints import fingerprint
+from pytensor.compile.jax_ofg_dims import input_dims
 from pytensor.compile.jax_ofg_functions import (
     INPUT,
     FlatJaxFunction,
@@ -36,11 +36,8 @@ from pytensor.compile.jax_ofg_functions import (
     Static,
     shadowing_wrapper_name,
 )
-from pytensor.compile.jax_ofg_lru import BoundedCache
 from pytensor.compile.jax_ofg_op import OpFromJax, describe_types
 from pytensor.compile.jax_ofg_shapes import (
-    TraceResult,
-    sizes_by_symbol,
     trace_output_types,
 )
 from pytensor.graph.basic import Variable
@@ -160,8 +157,9 @@ def _types_in_place_of_variables(tree: Any) -> Any:
 class JaxOpWrapper:
     """A JAX function made callable with PyTensor variables (see :func:`as_jax_op`).
 
-    Ops are cached per call signature (static arguments and input types), so
-    equal calls give the very same op, whose jitted function is shared. A
+    Equal calls (the same static arguments and input types) give equal ops,
+    which PyTensor merges and which share one jitted program; their output
+    types are traced once (:mod:`~pytensor.compile.jax_ofg_trace_cache`). A
     module-level wrapper pickles by name, like the function it replaces.
 
     Examples
@@ -172,7 +170,7 @@ class JaxOpWrapper:
     >>> scale
     as_jax_op(scale)
     >>> x = pt.vector("x", shape=(2,))
-    >>> scale(x, k=2.0).owner.op is scale(x, k=2.0).owner.op
+    >>> scale(x, k=2.0).owner.op == scale(x, k=2.0).owner.op
     True
     """
 
@@ -187,16 +185,6 @@ class JaxOpWrapper:
         self.fn = fn
         self.name = name or getattr(fn, "__name__", None) or "jax_function"
         self.output_types = output_types
-        self._ops = BoundedCache(256)
-
-    @property
-    def cache_size(self) -> int:
-        """How many distinct call signatures keep their op cached."""
-        return self._ops.size
-
-    @cache_size.setter
-    def cache_size(self, size: int) -> None:
-        self._ops.size = size
 
     def __repr__(self) -> str:
         return f"as_jax_op({self.name})"
@@ -206,14 +194,6 @@ class JaxOpWrapper:
         if shadowing_wrapper_name(self.fn) is not None:
             return self.__qualname__
         return super().__reduce__()
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_ops"] = self.cache_size
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _ops=BoundedCache(state["_ops"]))
 
     def _check_arguments(self, args: tuple, kwargs: dict) -> None:
         try:
@@ -270,37 +250,16 @@ class JaxOpWrapper:
             ) from error
         inputs, specs = self._inputs_and_leaf_specs(leaves)
         flat = FlatJaxFunction(self.fn, treedef, specs, name=self.name)
-        input_types = tuple(v.type for v in inputs)
-        dims = input_dims(inputs)
-
-        # What the trace depends on beyond the call's structure: the code and
-        # the globals it reads (edited in a notebook, say). An undescribable
-        # function is traced at every call.
-        flat_print = fingerprint(flat)
-
-        def build() -> OpFromJax:
-            return self._build_op(flat, flat_print, input_types, dims, args, kwargs)
-
-        key = (flat, flat_print, input_types, dims.key)
-        op = self._ops.get(key, build) if flat_print is not None else build()
-        if op.traced_sizes:
-            # Its types hold at the lengths it was traced with: other current
-            # lengths (a new model, `set_dim`) get their own trace.
-            sizes = sizes_by_symbol(dims, dims.current_sizes())
-            if sizes != op.traced_sizes:
-                key = (*key, tuple(sorted(sizes.items())))
-                op = self._ops.get(key, build) if flat_print is not None else build()
-        flat = op.fn
+        op = self._build_op(flat, tuple(v.type for v in inputs), inputs, args, kwargs)
         outputs = op(*inputs, return_list=True) if op.output_types else []
-        return _rebuild_outputs(flat, outputs, inputs)
+        return _rebuild_outputs(op.fn, outputs, inputs)
 
-    def _build_op(
-        self, flat, flat_print: str | None, input_types, dims: InputDims, args, kwargs
-    ) -> OpFromJax:
+    def _build_op(self, flat, input_types, inputs, args, kwargs) -> OpFromJax:
         traced_sizes: Mapping[str, int] = {}
         if self.output_types is not None:
             layout, output_types, output_dims = self._explicit_types(args, kwargs)
         else:
+            dims = input_dims(inputs)
 
             def describe_call() -> str:
                 return (
@@ -308,30 +267,23 @@ class JaxOpWrapper:
                     f"({describe_types(input_types)})"
                 )
 
-            # A second wrapper of the same function (or the same model built
-            # again) traces nothing new; nor does a later process (the trace
-            # cache on disk).
+            # Equal calls (the same model built again, a second wrapper of the
+            # function, a later process) trace nothing new: the trace cache
+            # keys the result by what the trace depends on, lengths included.
             sizes = tuple(sorted(dims.current_sizes().items()))
-            on_disk = trace_cache.key_of_prints(
-                "types", flat_print, fingerprint((input_types, dims.key, sizes))
+            traced = trace_cache.cached(
+                "types",
+                (flat, input_types, dims.key, sizes),
+                lambda: trace_output_types(
+                    flat.trace, input_types, dims, describe_call
+                ),
+                name=flat.describe(),
             )
-
-            def trace() -> TraceResult:
-                return trace_cache.memoized(
-                    on_disk,
-                    "types",
-                    lambda: trace_output_types(
-                        flat.trace, input_types, dims, describe_call
-                    ),
-                )
-
-            key = (flat, flat_print, input_types, dims.key, sizes)
-            traced = _TRACES.get(key, trace) if flat_print is not None else trace()
             layout = traced.layout
             output_types, output_dims = traced.output_types, traced.output_dims
             traced_sizes = traced.traced_sizes
         flat = FlatJaxFunction(flat.fn, flat.treedef, flat.leaves, flat.name, layout)
-        return OpFromJax(
+        op = OpFromJax(
             flat,
             input_types,
             output_types,
@@ -339,6 +291,8 @@ class JaxOpWrapper:
             output_dims=output_dims,
             traced_sizes=traced_sizes,
         )
+        # Equal calls give the very same op while it is in use.
+        return _OPS.setdefault((type(op), op._props()), op)
 
     def _explicit_types(self, args, kwargs):
         spec = self.output_types
@@ -356,9 +310,8 @@ class JaxOpWrapper:
         return layout, tuple(types), tuple(tuple(t.shape) for t in types)
 
 
-#: Traced output types by (function, input types, dims, current lengths),
-#: shared by all wrappers in the process.
-_TRACES = BoundedCache(256)
+#: Ops built by wrappers, by their identity (``__props__``), while alive.
+_OPS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def _rebuild_outputs(

@@ -28,7 +28,9 @@ from _fresh_process import run_script
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
 from pytensor.compile.jax_ofg_fingerprints import (
+    Undescribable,
     describe,
+    describe_or_raise,
     digest,
     environment_fingerprint,
     fingerprint,
@@ -522,3 +524,125 @@ def test_docstring_examples():
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+# ------------------------------------------------- fail closed, spot by spot
+def test_an_unreadable_pytree_registry_refuses_a_users_pytree_class(monkeypatch):
+    from jax._src import tree_util
+
+    user = namespace(
+        """
+        import jax
+
+        @jax.tree_util.register_pytree_node_class
+        class Pair:
+            def __init__(self, a, b):
+                self.a, self.b = a, b
+            def tree_flatten(self):
+                return (self.a, self.b), None
+            @classmethod
+            def tree_unflatten(cls, aux, children):
+                return cls(*children)
+        """
+    )
+    assert fingerprint(user["Pair"]) is not None
+
+    class Unreadable:
+        def get(self, key):
+            raise RuntimeError("moved in this JAX")
+
+    monkeypatch.setattr(tree_util, "_registry", Unreadable())
+    with pytest.raises(Undescribable, match="pytree registry cannot be read"):
+        describe_or_raise(user["Pair"])
+    assert fingerprint(user["Pair"]) is None
+
+
+def test_unreadable_jit_options_refuse_the_jitted_function():
+    def body(x):
+        return 2 * x
+
+    class Jitted:  # a jitted function whose options JAX stores otherwise
+        __module__ = "jax._src.pjit"
+        __wrapped__ = body
+        _jit_info = object()  # no ``_replace``
+
+    with pytest.raises(Undescribable, match=r"the options of a jax\.jit function"):
+        describe_or_raise(Jitted())
+    assert fingerprint(jax.jit(body)) is not None  # JAX's own: described
+
+
+def test_any_error_while_describing_refuses_instead_of_skipping():
+    user = namespace(
+        """
+        class Odd:
+            @property
+            def __dict__(self):
+                raise RuntimeError("no state today")
+        """
+    )
+    with pytest.raises(Undescribable, match="RuntimeError: no state today"):
+        describe_or_raise(user["Odd"]())
+
+
+@pytest.mark.parametrize(
+    "direct_url, kind",
+    [
+        (None, ("library", "fakepin==1.0")),
+        (
+            {
+                "url": "https://example.org/fakepin.git",
+                "vcs_info": {"vcs": "git", "commit_id": "c0ffee"},
+            },
+            ("library", "fakepin==1.0@c0ffee"),
+        ),
+        (
+            {
+                "url": "https://example.org/fakepin-1.0.tar.gz",
+                "archive_info": {"hashes": {"sha256": "abc"}},
+            },
+            ("library", "fakepin==1.0#[('sha256', 'abc')]"),
+        ),
+        (
+            {"url": "https://example.org/fakepin-1.0.tar.gz", "archive_info": {}},
+            ("user", ""),
+        ),
+        ({"url": "file:///src/fakepin", "dir_info": {"editable": True}}, ("user", "")),
+        (
+            {"url": "file:///src/fakepin.git", "vcs_info": {"commit_id": "c0ffee"}},
+            ("user", ""),
+        ),
+    ],
+    ids=[
+        "index",
+        "vcs",
+        "archive with hash",
+        "archive without hash",
+        "local",
+        "local vcs",
+    ],
+)
+def test_a_distribution_is_pinned_by_how_it_was_installed(
+    tmp_path, monkeypatch, direct_url, kind
+):
+    """A version alone pins files installed from an index; a VCS install needs
+    its commit, an archive its hash; anything else is followed as user code."""
+    package = tmp_path / "fakepin"
+    package.mkdir()
+    (package / "__init__.py").write_text("VALUE = 1\n")
+    info = tmp_path / "fakepin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: fakepin\nVersion: 1.0\n"
+    )
+    (info / "RECORD").write_text(
+        "fakepin/__init__.py,,\nfakepin-1.0.dist-info/RECORD,,\n"
+    )
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(json.dumps(direct_url))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fakepin", raising=False)
+    importlib.import_module("fakepin")
+    try:
+        assert module_kind("fakepin") == kind
+    finally:
+        sys.modules.pop("fakepin", None)

@@ -9,16 +9,19 @@ the new value in every linker.
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
-from _fresh_process import SITECUSTOMIZE
+from _fresh_process import SITECUSTOMIZE, run_python
 from _linkers import compile_function
 
+import pytensor
 import pytensor.tensor as pt
 
 
@@ -237,7 +240,7 @@ def test_a_changed_dependency_version_gives_the_new_result(project):
 
 def test_the_switch_turns_it_off(project):
     _, first, cache = project.run(flags=",jax_ofg__trace_cache=False")
-    assert cache == {"path": None, "entries": 0, "bytes": 0}
+    assert (cache["path"], cache["entries"], cache["bytes"]) == (None, 0, 0)
     traces, again, _ = project.run(flags=",jax_ofg__trace_cache=False")
     assert traces >= 2 and again == first
 
@@ -348,3 +351,245 @@ def test_a_global_edited_between_two_compiles_gives_the_new_value(
     rebuilt = notebook_module.scaled(x).sum()  # a graph built anew, too
     again = compile_function([x], rebuilt, mode)(xv)
     np.testing.assert_allclose(again, 5.0 * np.sin(xv).sum(), rtol=1e-12)
+
+
+# ====================================================== reads while tracing
+#: A wrapped function whose trace reads an environment variable and a file.
+READING_MODEL = """
+import os
+import jax.numpy as jnp
+import numpy as np
+from pytensor.compile.jax_ofg import as_jax_op
+
+
+@as_jax_op
+def solve(x, *, power):
+    print("TRACED")
+    k = float(os.environ["K"])
+    w = np.load("traced_weights.npy")
+    return k * jnp.sin(x) ** power + jnp.sum(w * x)
+"""
+
+
+def reading_expected(k, weights, power=2):
+    x = np.array([0.1, 0.2, 0.3])
+    w = np.array(weights)
+    value = np.sum(k * np.sin(x) ** power + np.sum(w * x)) + np.sum(x**2)
+    gradient = k * power * np.sin(x) ** (power - 1) * np.cos(x) + 3 * w + 2 * x
+    return value, gradient
+
+
+@pytest.fixture
+def reading_project(tmp_path) -> Project:
+    project = Project(tmp_path)
+    project._write("model.py", READING_MODEL)
+    np.save(tmp_path / "traced_weights.npy", np.array([1.0, 2.0, 3.0]))
+    return project
+
+
+@pytest.mark.parametrize("changed", ["environment variable", "file"])
+def test_what_a_trace_reads_is_checked_before_its_entry_is_used(
+    reading_project, changed
+):
+    project = reading_project
+    traces, result, _ = project.run(env={"K": "2.0"})
+    assert traces >= 2
+    np.testing.assert_allclose(result[0], reading_expected(2.0, [1, 2, 3])[0])
+    traces, again, _ = project.run(env={"K": "2.0"})
+    assert traces == 0 and again == result
+    if changed == "file":
+        np.save(project.folder / "traced_weights.npy", np.array([0.5, 0.5, 4.0]))
+        k, weights = 2.0, [0.5, 0.5, 4.0]
+    else:
+        k, weights = 3.0, [1.0, 2.0, 3.0]
+    traces, new, cache = project.run(env={"K": str(k)})
+    assert traces >= 1  # stale: traced again
+    assert cache["stale"] >= 1
+    value, gradient = reading_expected(k, weights)
+    np.testing.assert_allclose(new[0], value, rtol=1e-12)
+    np.testing.assert_allclose(new[1], gradient, rtol=1e-12)
+    traces, kept, _ = project.run(env={"K": str(k)})  # the new trace is kept
+    assert traces == 0 and kept == new
+
+
+def test_a_second_process_verifies_every_hit(reading_project):
+    project = reading_project
+    _, first, _ = project.run(env={"K": "2.0"})
+    traces, again, cache = project.run(
+        env={"K": "2.0"}, flags=",jax_ofg__trace_cache=verify"
+    )
+    assert again == first
+    assert cache["mode"] == "verify"
+    assert cache["verified"] >= 2 and cache["verified"] == cache["hits"]
+    assert traces >= 2  # verifying traces anyway
+
+
+# ---------------------------------------------------------------- in-process
+@pytest.fixture
+def reading_function(tmp_path, monkeypatch):
+    """A wrapped function reading ``$JAX_OFG_TEST_K`` and a file while traced."""
+    weights = tmp_path / "weights.npy"
+    np.save(weights, np.array([1.0, 2.0, 3.0]))
+    monkeypatch.setenv("JAX_OFG_TEST_K", "2.0")
+
+    from pytensor.compile.jax_ofg import as_jax_op
+
+    def solve(x):
+        k = float(os.environ["JAX_OFG_TEST_K"])
+        return k * jnp.sin(x) + jnp.sum(np.load(weights) * x)
+
+    return as_jax_op(solve), weights
+
+
+@pytest.mark.parametrize("changed", ["environment variable", "file"])
+def test_a_read_changed_between_two_compiles_gives_the_new_value(
+    mode, reading_function, monkeypatch, changed
+):
+    solve, weights = reading_function
+    x = pt.vector("x", shape=(3,))
+    y = solve(x).sum()
+    xv = np.array([0.1, 0.2, 0.3])
+    before = compile_function([x], [y, pt.grad(y, x)], mode)(xv)
+    np.testing.assert_allclose(before[0], 2.0 * np.sin(xv).sum() + 3 * 1.4)
+    if changed == "file":
+        np.save(weights, np.array([0.5, 0.5, 4.0]))
+        k, w = 2.0, np.array([0.5, 0.5, 4.0])
+    else:
+        monkeypatch.setenv("JAX_OFG_TEST_K", "3.0")
+        k, w = 3.0, np.array([1.0, 2.0, 3.0])
+    value, gradient = compile_function([x], [y, pt.grad(y, x)], mode)(xv)
+    np.testing.assert_allclose(value, k * np.sin(xv).sum() + 3 * (w @ xv), rtol=1e-12)
+    np.testing.assert_allclose(gradient, k * np.cos(xv) + 3 * w, rtol=1e-12)
+    rebuilt = solve(x).sum()  # a graph built anew, too
+    again = compile_function([x], rebuilt, mode)(xv)
+    np.testing.assert_allclose(again, value, rtol=1e-12)
+
+
+# -------------------------------------------------------------------- verify
+def test_verify_names_the_function_whose_trace_it_cannot_reproduce(monkeypatch):
+    """What the key cannot see (random state read while tracing) is caught."""
+    import random
+
+    from pytensor.compile import jax_ofg_trace_cache as trace_cache
+    from pytensor.compile.jax_ofg import as_jax_op
+
+    @as_jax_op
+    def jittery(x):
+        return x[: random.choice([1, 2, 3])]  # another output type per trace
+
+    x = pt.vector("x", shape=(3,))
+    random.seed(0)
+    with pytensor.config.change_flags(jax_ofg__trace_cache="on"):
+        jittery(x)
+    with (
+        pytensor.config.change_flags(jax_ofg__trace_cache="verify"),
+        pytest.raises(
+            trace_cache.StaleTraceError, match=r"stale types entry for jittery"
+        ),
+    ):
+        for _ in range(20):  # a fresh trace draws another length, sooner or later
+            jittery(x)
+
+
+def test_the_flag_takes_on_off_verify_and_booleans():
+    from pytensor.compile import jax_ofg_trace_cache as trace_cache
+
+    for value, mode in [(True, "on"), (False, "off"), ("verify", "verify")]:
+        with pytensor.config.change_flags(jax_ofg__trace_cache=value):
+            assert trace_cache.mode() == mode
+    with (
+        pytest.raises(ValueError, match="'on', 'off' or 'verify'"),
+        pytensor.config.change_flags(jax_ofg__trace_cache="sometimes"),
+    ):
+        pass
+
+
+# ------------------------------------------------------------- fail closed
+def test_an_undescribable_function_is_counted_and_logged(caplog):
+    import threading
+
+    from pytensor.compile.jax_ofg import as_jax_op, trace_cache_info
+
+    lock = threading.Lock()
+
+    @as_jax_op
+    def locked(x):
+        with lock:
+            return 2 * x
+
+    with caplog.at_level("DEBUG", logger="pytensor.compile.jax_ofg"):
+        y = locked(pt.vector("x", shape=(2,)))
+    reason = trace_cache_info()["uncached_functions"]["locked"]
+    assert "lock" in reason
+    assert any("locked is not cached" in r.getMessage() for r in caplog.records)
+    np.testing.assert_allclose(y.eval({y.owner.inputs[0]: np.ones(2)}), [2.0, 2.0])
+
+
+# ============================================ equinox's raising checks (diffrax)
+#: A diffrax solve with equinox's default checks (``throw=True``): a value and
+#: gradient that pass, then a stiff one that runs out of steps and raises.
+CHECKED_SCRIPT = """
+import json
+import diffrax, jax.numpy as jnp, numpy as np, pytensor, pytensor.tensor as pt
+from pytensor.compile.jax_ofg import as_jax_op, trace_cache_info
+
+@as_jax_op
+def decay(k, *, max_steps):
+    print("TRACED", flush=True)
+    term = diffrax.ODETerm(lambda t, y, a: -k * y * jnp.array([1.0, 20.0]))
+    solution = diffrax.diffeqsolve(
+        term, diffrax.Tsit5(), 0.0, 10.0, 0.1, jnp.ones(2), max_steps=max_steps,
+        stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+        saveat=diffrax.SaveAt(ts=jnp.linspace(0.0, 10.0, 5)),
+    )
+    return solution.ys
+
+k = pt.scalar("k")
+cost = pt.sum(decay(k, max_steps=64))
+f = pytensor.function([k], [cost, pt.grad(cost, k)])
+print("RESULT", json.dumps([float(v) for v in f(0.1)]), flush=True)
+try:
+    f(30.0)
+except Exception as error:
+    message = str(error).split("INTERNAL")[0].strip()
+    print("ERROR", json.dumps([type(error).__name__, message]), flush=True)
+print("CACHE", json.dumps(trace_cache_info()))
+"""
+
+
+def test_equinox_checks_are_served_and_raise_as_before(tmp_path):
+    """A second process traces nothing; a failed check raises the same error."""
+    script = tmp_path / "checked.py"
+    script.write_text(CHECKED_SCRIPT)
+
+    def run(flags: str = "") -> tuple[list[str], dict]:
+        done = run_python(
+            [str(script)],
+            tmp_path,
+            timeout=600,
+            env={"PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'cd'}{flags}"},
+        )
+        lines = done.stdout.splitlines()
+        marked = {
+            line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
+            for line in lines
+            if line.startswith(("RESULT ", "ERROR ", "CACHE "))
+        }
+        before_result = lines[
+            : lines.index(next(x for x in lines if x.startswith("RESULT")))
+        ]
+        return before_result, marked
+
+    _, uncached = run(",jax_ofg__trace_cache=off")
+    first_traces, first = run()
+    second_traces, second = run()
+    assert first_traces.count("TRACED") >= 1
+    assert second_traces.count("TRACED") == 0  # served: nothing traced
+    assert second["CACHE"]["hits"] >= 2 and second["CACHE"]["uncached"] == 0
+    np.testing.assert_allclose(second["RESULT"], uncached["RESULT"], rtol=1e-12)
+    assert first["RESULT"] == second["RESULT"]
+    # The error a failed check raises: type and message as without the cache.
+    assert uncached["ERROR"][0] == first["ERROR"][0] == second["ERROR"][0]
+    assert uncached["ERROR"][1] == first["ERROR"][1] == second["ERROR"][1]
+    assert "maximum number of solver steps" in second["ERROR"][1]
+    assert "decay(max_steps=64)" in second["ERROR"][1]

@@ -103,9 +103,11 @@ def joinable_nodes(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[bool]:
     process that compiles the same graph -- and is served its programs --
     then never imports.
     """
-    key = trace_cache.content_key("joinable", _structure(fgraph, nodes))
-    return trace_cache.memoized(
-        key, "joinable", lambda: list(map(joins_islands, nodes))
+    return trace_cache.cached(
+        "joinable",
+        _structure(fgraph, nodes),
+        lambda: list(map(joins_islands, nodes)),
+        name="the island selection of a graph",
     )
 
 

@@ -1,0 +1,279 @@
+"""Equinox's raising checks as a flag: programs that :mod:`jax.export` can keep.
+
+Under equinox's default ``EQX_ON_ERROR=raise``, every ``eqx.error_if`` --
+diffrax's ``throw=True`` among them -- is a ``lax.cond`` whose error branch
+calls back into Python (``jax.pure_callback``) to raise the check's message.
+JAX cannot serialize host callbacks, so such a program cannot be exported,
+and a later process would have to trace it again.
+
+:func:`flag_checks` rewrites the traced program (its jaxpr) so that each such
+callback sets a boolean instead: the program returns its outputs and whether
+a check failed, through conditionals, loops and calls. The caller runs this
+program, and only when the flag is set runs the original, raising program on
+the same inputs -- which raises exactly the error the user would have seen
+(:mod:`~pytensor.compile.jax_ofg_programs`). Nothing else changes: the
+values of a call whose checks pass are the original program's.
+
+A program holding any other host callback (``jax.pure_callback`` of the
+user's, ``jax.debug.print``) cannot be rewritten: :func:`flag_checks` raises
+:class:`NotFlaggable`, saying which.
+
+Registers nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.extend import core as jax_core
+
+
+__all__ = ["NotFlaggable", "flag_checks", "holds_host_callbacks"]
+
+
+class NotFlaggable(Exception):
+    """A traced program holds a host callback other than equinox's checks."""
+
+
+def _equinox_check(params: dict) -> str | None:
+    """``"raises"`` or ``"tpu_msg"`` for the callbacks of ``eqx.error_if``, else None.
+
+    Equinox 0.13's error branch (``equinox._errors._error``) calls ``raises``,
+    then ``tpu_msg`` on the result (for TPUs, which cannot raise).
+    """
+    function = getattr(params.get("callback"), "callback_func", None)
+    if getattr(function, "__module__", None) != "equinox._errors":
+        return None
+    name = getattr(function, "__qualname__", "")
+    return {
+        "_error.<locals>.raises": "raises",
+        "_error.<locals>.tpu_msg": "tpu_msg",
+    }.get(name)
+
+
+def _is_callback(equation: Any) -> bool:
+    return "callback" in equation.primitive.name or equation.primitive.name in (
+        "debug_print",
+    )
+
+
+def _jaxprs_in(params: dict) -> Iterator[Any]:
+    for value in params.values():
+        for item in value if type(value) in (tuple, list) else (value,):
+            if isinstance(item, jax_core.Jaxpr):
+                yield item
+
+
+def _implementation(primitive: Any) -> Callable | None:
+    """The Python implementation of an equinox custom primitive, if it is one.
+
+    lineax's linear solve is such a primitive: it is lowered by tracing its
+    implementation, so its checks are not in the jaxpr until then. Equinox
+    lists them in ``equinox.internal.primitive_finalisations``, with a rule
+    calling ``primitive.impl``.
+    """
+    internal = sys.modules.get("equinox.internal")
+    rule = getattr(internal, "primitive_finalisations", {}).get(primitive)
+    if (
+        isinstance(rule, functools.partial)
+        and rule.func.__name__ == "_impl_finalisation"
+    ):
+        return primitive.impl
+    return None
+
+
+class _Rewriter:
+    """One rewrite of a jaxpr: which parts hold callbacks, and how to run them."""
+
+    def __init__(self):
+        self._holds: dict[int, tuple[Any, bool]] = {}
+        self._finalised: dict[int, tuple[Any, Any]] = {}
+
+    # ------------------------------------------------------------ inspection
+    def holds(self, jaxpr: Any) -> bool:
+        found = self._holds.get(id(jaxpr))
+        if found is None:
+            answer = any(self.equation_holds(e) for e in jaxpr.eqns)
+            found = self._holds[id(jaxpr)] = (jaxpr, answer)
+        return found[1]
+
+    def equation_holds(self, equation: Any) -> bool:
+        if _is_callback(equation):
+            return True
+        if any(self.holds(j) for j in _jaxprs_in(equation.params)):
+            return True
+        finalised = self.finalised(equation)
+        return finalised is not None and self.holds(finalised)
+
+    def finalised(self, equation: Any) -> Any:
+        """The jaxpr of an equinox custom primitive's implementation, else None."""
+        rule = _implementation(equation.primitive)
+        if rule is None:
+            return None
+        found = self._finalised.get(id(equation))
+        if found is None:
+            avals = [v.aval for v in equation.invars]
+            specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+            params = equation.params
+            jaxpr = jax.make_jaxpr(lambda *args: rule(*args, **params))(*specs)
+            found = self._finalised[id(equation)] = (equation, jaxpr)
+        return found[1]
+
+    # --------------------------------------------------------------- running
+    def run(self, jaxpr: Any, *args: Any) -> tuple[list, Any]:
+        """Evaluate ``jaxpr`` (under a trace); returns its outputs and flag (or None)."""
+        env: dict = {}
+
+        def read(var: Any) -> Any:
+            return var.val if isinstance(var, jax_core.Literal) else env[var]
+
+        env.update(zip(jaxpr.constvars, jaxpr.consts))
+        env.update(zip(jaxpr.invars, args))
+        flag = None
+        for equation in jaxpr.eqns:
+            inputs = [read(v) for v in equation.invars]
+            if self.equation_holds(equation):
+                outputs, failed = self.rewritten(equation, inputs)
+                flag = _either(flag, failed)
+            else:
+                params = equation.primitive.get_bind_params(equation.params)
+                with equation.ctx.manager:
+                    outputs = equation.primitive.bind(*inputs, **params)
+                if not equation.primitive.multiple_results:
+                    outputs = [outputs]
+            for var, value in zip(equation.outvars, outputs):
+                if not isinstance(var, jax_core.DropVar):
+                    env[var] = value
+        return [read(v) for v in jaxpr.outvars], flag
+
+    def flagged(self, jaxpr: Any) -> Callable[..., tuple[list, Any]]:
+        def run(*args):
+            outputs, flag = self.run(jaxpr, *args)
+            return outputs, _false() if flag is None else flag
+
+        return run
+
+    def rewritten(self, equation: Any, inputs: list) -> tuple[list, Any]:
+        name, params = equation.primitive.name, equation.params
+        if name == "pure_callback" and _equinox_check(params) is not None:
+            avals = params["result_avals"]
+            if _equinox_check(params) == "tpu_msg":  # passes its operands on
+                return list(inputs[: len(avals)]), None
+            return [jnp.zeros(a.shape, a.dtype) for a in avals], jnp.ones((), bool)
+        if _is_callback(equation):
+            function = getattr(params.get("callback"), "callback_func", None)
+            what = getattr(function, "__qualname__", None) or name
+            raise NotFlaggable(f"a host callback ({name} of {what})")
+        if name == "cond":
+            index, *operands = inputs
+            branches = [self.flagged(b) for b in params["branches"]]
+            return lax.switch(index, branches, *operands)
+        if name == "while":
+            return self._while(params, inputs)
+        if name == "scan":
+            return self._scan(params, inputs)
+        if name == "custom_linear_solve":
+            lengths = params["const_lengths"]
+            start = lengths.matvec + lengths.vecmat
+            solve_consts = inputs[start : start + lengths.solve]
+            return self.run(
+                params["jaxprs"].solve, *solve_consts, *inputs[sum(lengths) :]
+            )
+        # Calls, and custom derivatives (a traced program is not differentiated
+        # again): what they call.
+        for key in ("jaxpr", "call_jaxpr"):
+            if isinstance(params.get(key), jax_core.Jaxpr):
+                return self.run(params[key], *inputs)
+        finalised = self.finalised(equation)
+        if finalised is not None:
+            return self.run(finalised, *inputs)
+        raise NotFlaggable(f"a host callback inside {name}")
+
+    def _while(self, params: dict, inputs: list) -> tuple[list, Any]:
+        cond_jaxpr, body_jaxpr = params["cond_jaxpr"], params["body_jaxpr"]
+        if self.holds(cond_jaxpr):
+            raise NotFlaggable("a host callback in a while loop's condition")
+        n_cond, n_body = params["cond_nconsts"], params["body_nconsts"]
+        cond_consts = inputs[:n_cond]
+        body_consts = inputs[n_cond : n_cond + n_body]
+        carry = inputs[n_cond + n_body :]
+
+        def cond(state):
+            return jax_core.jaxpr_as_fun(cond_jaxpr)(*cond_consts, *state[0])[0]
+
+        def body(state):
+            outputs, flag = self.run(body_jaxpr, *body_consts, *state[0])
+            return outputs, _either(state[1], flag)
+
+        return lax.while_loop(cond, body, (list(carry), _false()))
+
+    def _scan(self, params: dict, inputs: list) -> tuple[list, Any]:
+        n_consts, n_carry = params["num_consts"], params["num_carry"]
+        consts = inputs[:n_consts]
+        carry = inputs[n_consts : n_consts + n_carry]
+        xs = inputs[n_consts + n_carry :]
+
+        def body(state, x):
+            outputs, flag = self.run(params["jaxpr"], *consts, *state[0], *x)
+            return (outputs[:n_carry], _either(state[1], flag)), outputs[n_carry:]
+
+        (carry, flag), ys = lax.scan(
+            body,
+            (list(carry), _false()),
+            list(xs),
+            length=params["length"],
+            reverse=params["reverse"],
+            unroll=params["unroll"],
+        )
+        return [*carry, *ys], flag
+
+
+def _false() -> Any:
+    return jnp.zeros((), bool)
+
+
+def _either(flag: Any, other: Any) -> Any:
+    if flag is None:
+        return other
+    return flag if other is None else flag | other
+
+
+def holds_host_callbacks(jaxpr: Any) -> bool:
+    """Whether a (closed) jaxpr calls back into Python, which :mod:`jax.export` refuses.
+
+    ``jax.pure_callback``, ``io_callback``, ``jax.debug.callback`` and
+    ``jax.debug.print``; equinox's runtime checks are pure callbacks.
+
+    >>> def checked(x):
+    ...     jax.debug.print("x = {}", x)
+    ...     return 2 * x
+    >>> holds_host_callbacks(jax.make_jaxpr(checked)(1.0))
+    True
+    >>> holds_host_callbacks(jax.make_jaxpr(jnp.sin)(1.0))
+    False
+    """
+    return _Rewriter().holds(jaxpr)
+
+
+def flag_checks(jaxpr: Any) -> Callable[..., tuple[Sequence, Any]]:
+    """The program of ``jaxpr`` with equinox's raising checks reporting a flag.
+
+    Returns a function of the jaxpr's inputs returning ``(outputs, failed)``,
+    ``failed`` a boolean scalar: whether a check's error branch was taken
+    (the original program would have raised). Tracing it raises
+    :class:`NotFlaggable` when the program holds another host callback.
+
+    >>> import equinox as eqx
+    >>> def positive(x):
+    ...     return eqx.error_if(x, x <= 0, "x must be positive")
+    >>> flagged = flag_checks(jax.make_jaxpr(positive)(1.0))
+    >>> [bool(jax.jit(flagged)(x)[1]) for x in (1.0, -1.0)]
+    [False, True]
+    """
+    return _Rewriter().flagged(jaxpr)
