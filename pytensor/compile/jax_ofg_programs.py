@@ -80,12 +80,16 @@ class NotExportable:
     reason: str
 
 
+_LOCATION = re.compile(r"\s*loc\([^()]*(\([^()]*\)[^()]*)*\)")
+
+
 def _module_text(entry: Exported | NotExportable) -> str:
     """The program without source locations (they follow line numbers), for ``verify``."""
     if isinstance(entry, NotExportable):
         return entry.reason
     text = jax.export.deserialize(bytearray(entry.serialized)).mlir_module()
-    return re.sub(r"\s*loc\([^()]*(\([^()]*\)[^()]*)*\)|#loc\d*\s*=.*", "", text)
+    lines = (_LOCATION.sub("", line).rstrip() for line in text.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("#loc"))
 
 
 def _differs(cached: Any, fresh: Any) -> str | None:
@@ -150,7 +154,7 @@ class Program:
         )
         #: buffers the program returns (a flagged program adds one: its flag)
         self._n_buffers = len(packing.dtypes)
-        self._succeeded = False
+        self._first_call_passed: bool | None = None
 
     def signature(self, inputs: Sequence[Any]) -> tuple:
         """What the program's trace depends on: input shapes, static input values."""
@@ -170,24 +174,25 @@ class Program:
                 static_value(x) if i in self.static else x for i, x in enumerate(inputs)
             )
         buffers = [np.asarray(b) for b in self._serving(*inputs)]
-        if len(buffers) != self._n_buffers and buffers.pop():
-            # A check failed: the original program raises the user's error.
+        failed = len(buffers) != self._n_buffers and buffers.pop()
+        if self._first_call_passed is None:
+            self._first_call_passed = not failed
+        if failed:  # a check failed: the original program raises the user's error
             return self._raise(inputs)
-        self._succeeded = True
         return buffers
 
     def _raise(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         """Run the original program on ``inputs``, which fail one of its checks.
 
-        JAX raises a callback's error as ``JaxRuntimeError`` until a call of
-        the jitted function has succeeded, and as ``ValueError``, with the
-        same message, once its C++ fast path serves it. Without the cache the
-        program would have succeeded as often as this one has.
+        JAX raises a callback's error as ``JaxRuntimeError``, except from a
+        jitted function whose first call passed: its C++ fast path raises a
+        ``ValueError`` with the same message. Without the cache, the first
+        call would have passed as this program's did.
         """
         try:
             return [np.asarray(b) for b in self.raising(*inputs)]
         except jax.errors.JaxRuntimeError as error:
-            if not self._succeeded:
+            if not self._first_call_passed:
                 raise
             raise ValueError(str(error)) from None
 
