@@ -7,7 +7,7 @@ pytest puts the folder of each ``conftest.py`` on ``sys.path`` (the default
 The suite runs with ``jax_ofg__trace_cache=verify``: in this process with a
 trace folder of its own (a test counting traces must not depend on what
 earlier runs left on disk), and in the fresh processes tests start (through
-``PYTENSOR_FLAGS``, unless a test sets its own flags) with the usual one,
+a ``PYTENSORRC`` file, unless a test sets its own flags) with the usual one,
 where entries of earlier runs are verified too. A test that counts traces
 switches to ``on`` itself. At the end, the run says how many hits were
 verified (every process's counts, collected in a folder named by
@@ -16,6 +16,7 @@ verified (every process's counts, collected in a folder named by
 
 import os
 import tempfile
+from pathlib import Path
 
 import _trace_cache_counts
 import pytest
@@ -26,11 +27,14 @@ def pytest_configure(config):
         os.environ[_trace_cache_counts.VARIABLE] = tempfile.mkdtemp(
             prefix="jax_ofg_trace_cache_counts-"
         )
-    flags = os.environ.get("PYTENSOR_FLAGS", "")
-    if "jax_ofg__trace_cache" not in flags:
-        os.environ["PYTENSOR_FLAGS"] = ",".join(
-            f for f in (flags, "jax_ofg__trace_cache=verify") if f
-        )
+        # A configuration file, not PYTENSOR_FLAGS: PyTensor warns on import of
+        # every flag it does not know yet (ours are registered after it), and
+        # tests of examples assert that their output holds no warning. Read
+        # last, it overrides the user's file; PYTENSOR_FLAGS overrides both.
+        rc = Path(os.environ[_trace_cache_counts.VARIABLE]) / "pytensorrc"
+        rc.write_text("[global]\njax_ofg__trace_cache = verify\n")
+        user_rc = os.environ.get("PYTENSORRC", str(Path.home() / ".pytensorrc"))
+        os.environ["PYTENSORRC"] = os.pathsep.join((user_rc, str(rc)))
 
 
 @pytest.fixture(autouse=True, scope="session")

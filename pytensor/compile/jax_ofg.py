@@ -6,7 +6,7 @@
 * :class:`SymbolicCallable` is what a wrapped function returns for a callable;
 * :class:`ShapeInferenceError` is raised when output types cannot be traced;
 * :class:`JaxIsland` is the op the ``jax_islands`` rewrite groups a connected
-  JAX part of a graph into (:mod:`~pytensor.compile.jax_ofg_island_op`);
+  JAX part of a graph into (:mod:`~pytensor.compile.jax_ofg_island`);
 * :func:`runtime_error_counts` and :class:`WrappedFunctionRuntimeWarning` tell
   of errors raised while wrapped functions ran (:mod:`~pytensor.compile.jax_ofg_errors`).
 
@@ -20,13 +20,13 @@ Modules, in layers (each imports only from the layers above it):
 ========================  ===============================================
 layer                     modules (``pytensor/compile/`` unless noted)
 ========================  ===============================================
-base                      ``jax_ofg_lru`` (bounded memos), ``jax_ofg_errors``
-                          (where an error came from), ``jax_ofg_fork`` (fork
-                          guard), ``jax_ofg_fingerprints`` (content keys),
+base                      ``jax_ofg_errors``
+                          (where an error came from), ``jax_ofg_fork_guard`` (no
+                          JAX after fork), ``jax_ofg_fingerprints`` (content keys),
                           ``jax_ofg_reads`` (what a trace reads),
                           ``jax_ofg_checks`` (equinox's checks as a flag),
                           ``jax_ofg_xla_cache`` (JAX's persistent cache),
-                          ``jax_ofg_trace_cache`` (traces kept, never stale)
+                          ``jax_ofg_trace_cache`` (the bounded memos; traces kept in memory and on disk)
 inner functions, shapes   ``jax_ofg_functions`` (pytree function over flat
                           arrays), ``jax_ofg_packing`` (one buffer per
                           dtype), ``jax_ofg_shapes`` (output types by
@@ -34,19 +34,19 @@ inner functions, shapes   ``jax_ofg_functions`` (pytree function over flat
                           input dims), ``jax_ofg_transforms`` (vjp, jvp,
                           vmap, residuals, shared pullbacks)
 host calls                ``jax_ofg_programs`` (jit through the trace cache),
-                          ``jax_ofg_host`` (``JaxHostOp``: jitted program on
+                          ``jax_ofg_host_op`` (``JaxHostOp``: jitted program on
                           host arrays)
 the op                    ``jax_ofg_op`` (``OpFromJax`` and its factory of
                           derived ops)
 the decorator             ``jax_ofg_wrapper`` (``as_jax_op``,
                           ``SymbolicCallable``)
-islands                   ``jax_ofg_island_op`` (``JaxIsland``)
+islands                   ``jax_ofg_island`` (``JaxIsland``)
 linkers and rewrites      ``link/jax/dispatch/jax_ofg``,
                           ``link/numba/dispatch/jax_ofg``,
                           ``tensor/rewriting/jax_ofg_vmap``,
-                          ``jax_ofg_fusion``, ``jax_ofg_form_islands``,
-                          ``jax_ofg_readonly_outputs``; ``jax_ofg_processes``
-                          (PyMC's start method, JAX-linker fork check)
+                          ``jax_ofg_fusion``, ``jax_ofg_islands``,
+                          ``jax_ofg_readonly_outputs``; ``jax_ofg_pymc``
+                          (PyMC's start method)
 facade                    this module
 ========================  ===============================================
 """
@@ -68,8 +68,8 @@ except ImportError as _error:  # pragma: no cover - exercised in a subprocess te
     ) from _error
 
 from pytensor.compile import (
-    jax_ofg_fork,
-    jax_ofg_processes,
+    jax_ofg_fork_guard,
+    jax_ofg_pymc,
     jax_ofg_reads,
     jax_ofg_trace_cache,
     jax_ofg_xla_cache,
@@ -80,9 +80,9 @@ from pytensor.compile.jax_ofg_errors import (
     WrappedFunctionRuntimeWarning,
     runtime_error_counts,
 )
-from pytensor.compile.jax_ofg_host import JaxHostOp
+from pytensor.compile.jax_ofg_host_op import JaxHostOp
 from pytensor.compile.jax_ofg_import_hooks import JAX_BACKEND, after_import
-from pytensor.compile.jax_ofg_island_op import JaxIsland, JaxIslandFallbackWarning
+from pytensor.compile.jax_ofg_island import JaxIsland, JaxIslandFallbackWarning
 from pytensor.compile.jax_ofg_op import OpFromJax
 from pytensor.compile.jax_ofg_shapes import ShapeInferenceError
 from pytensor.compile.jax_ofg_trace_cache import clear_trace_cache, trace_cache_info
@@ -98,13 +98,13 @@ from pytensor.graph.rewriting.basic import dfs_rewriter
 from pytensor.link.numba.dispatch import jax_ofg as numba_dispatch
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.tensor.basic import _as_tensor_variable
-from pytensor.tensor.rewriting.jax_ofg_form_islands import (
-    ISLANDS_REWRITE,
-    form_jax_islands,
-)
 from pytensor.tensor.rewriting.jax_ofg_fusion import (
     FuseValueAndVJP,
     bake_constant_inputs,
+)
+from pytensor.tensor.rewriting.jax_ofg_islands import (
+    ISLANDS_REWRITE,
+    form_jax_islands,
 )
 from pytensor.tensor.rewriting.jax_ofg_readonly_outputs import ReadOnlyOutputs
 from pytensor.tensor.rewriting.jax_ofg_vmap import vectorize_op_from_jax, vmap_blockwise
@@ -146,7 +146,7 @@ def install() -> None:
        registered when PyTensor's JAX backend is first imported -- it takes
        about a second, and a process whose programs the trace cache serves
        never needs it (:mod:`~pytensor.compile.jax_ofg_import_hooks`); the
-       Numba lowering of every :class:`~pytensor.compile.jax_ofg_host.JaxHostOp`
+       Numba lowering of every :class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp`
        (``numba_funcify`` with cache keys), whose compiled bodies live in a
        module put in ``sys.modules``; a graph that is one such op runs its
        host function from a Python thunk instead of a Numba function.
@@ -196,11 +196,10 @@ def install() -> None:
 
         if hasattr(os, "register_at_fork"):  # Unix; elsewhere there is no fork
             os.register_at_fork(
-                before=jax_ofg_fork.before_fork,
-                after_in_child=jax_ofg_fork.after_fork_in_child,
+                before=jax_ofg_fork_guard.before_fork,
+                after_in_child=jax_ofg_fork_guard.after_fork_in_child,
             )
-        jax_ofg_processes.install_pymc_start_method_choice()
-        jax_ofg_processes.install_jax_linker_check()
+        jax_ofg_pymc.install_pymc_start_method_choice()
 
         jax_ofg_xla_cache.add_config_flag()
         jax_ofg_xla_cache.configure_xla_cache()
@@ -217,9 +216,13 @@ def _register_jax_lowering(backend) -> None:
     The backend sets ``jax_enable_x64`` from ``floatX`` when imported: x64 is
     set again.
     """
-    from pytensor.link.jax.dispatch.jax_ofg import jax_funcify_OpFromJax
+    from pytensor.link.jax.dispatch.jax_ofg import (
+        install_jax_linker_check,
+        jax_funcify_OpFromJax,
+    )
 
     backend.jax_funcify.register(OpFromJax)(jax_funcify_OpFromJax)
+    install_jax_linker_check()
     jax.config.update("jax_enable_x64", True)
 
 

@@ -5,7 +5,7 @@
   on). A JAX island falls back to PyTensor only for an error raised while JAX
   traced *its own lowering*: never for a wrapped function's error, an XLA
   runtime error or a bad input (see
-  :meth:`~pytensor.compile.jax_ofg_island_op.JaxIsland.host_function`).
+  :meth:`~pytensor.compile.jax_ofg_island.JaxIsland.host_function`).
 * **Errors while a program runs** (equinox's checks, diffrax's ``throw=True``,
   a callback): :func:`report` puts the op and its wrapped functions at the
   start of the error's message, with what to do, so every sampler shows it;
@@ -204,7 +204,7 @@ class MuteCallbackLogs(logging.Filter):
     CALLERS = frozenset(
         {
             ("pytensor.compile.jax_ofg_programs", "__call__"),
-            ("pytensor.compile.jax_ofg_processes", "__call__"),
+            ("pytensor.link.jax.dispatch.jax_ofg", "__call__"),
         }
     )
 

@@ -3,7 +3,7 @@
 The package adapts two modules it does not import itself, because importing
 them costs start-up time that many processes never need: PyMC's sampling
 modules (their choice of start method, see
-:mod:`~pytensor.compile.jax_ofg_processes`) and PyTensor's JAX backend
+:mod:`~pytensor.compile.jax_ofg_pymc`) and PyTensor's JAX backend
 (``pytensor.link.jax.dispatch``, about a second to import, needed only to
 lower a graph to JAX: a program the trace cache serves needs none).
 :func:`after_import` runs a callback with the module as soon as it exists.

@@ -9,7 +9,7 @@ It
   :meth:`~OpFromJax.infer_shape`, its output dims as expressions over input
   dims (:mod:`~pytensor.compile.jax_ofg_shapes`);
 * runs a cached ``jax.jit`` of the inner function in the Python, C VM and
-  Numba linkers (:class:`~pytensor.compile.jax_ofg_host.JaxHostOp`), and is
+  Numba linkers (:class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp`), and is
   the inner function itself under the JAX linker
   (``pytensor/link/jax/dispatch/jax_ofg.py``);
 * differentiates through ``jax.vjp`` / ``jax.jvp``
@@ -37,7 +37,7 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor import config
 from pytensor.compile.jax_ofg_functions import InnerFunction, as_tuple_function
-from pytensor.compile.jax_ofg_host import JaxHostOp
+from pytensor.compile.jax_ofg_host_op import JaxHostOp
 from pytensor.compile.jax_ofg_shapes import (
     SAME_INPUTS,
     InputMap,

@@ -3,7 +3,7 @@
 Two places move a varying number of arrays through a fixed number of
 buffers:
 
-* the host calls (:mod:`~pytensor.compile.jax_ofg_host`): every output of an
+* the host calls (:mod:`~pytensor.compile.jax_ofg_host_op`): every output of an
   XLA executable is a buffer of its own, with its own Python object and
   readiness check on the host (about 4 µs each on CPU); packed inside the
   program, the outputs cross in one buffer per dtype and the host takes each

@@ -1,6 +1,6 @@
 """The jitted program of a host-called op, traced once across processes.
 
-A :class:`~pytensor.compile.jax_ofg_host.JaxHostOp` (an ``OpFromJax``, a
+A :class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp` (an ``OpFromJax``, a
 ``JaxIsland``) runs in the Python, C VM and Numba linkers as one jitted JAX
 program per input signature, whose outputs leave XLA packed into one buffer
 per dtype. :class:`Program` builds it so that JAX, when it traces it for a

@@ -106,7 +106,7 @@ for name in modules:
 def state():
     from pytensor import config
     from pytensor.compile.mode import optdb
-    from pytensor.compile.jax_ofg_host import JaxHostOp
+    from pytensor.compile.jax_ofg_host_op import JaxHostOp
     from pytensor.compile.jax_ofg_op import OpFromJax
     from pytensor.compile.jax_ofg_wrapper import SymbolicCallable
     from pytensor.graph.replace import _vectorize_node
@@ -199,14 +199,19 @@ def test_only_the_facade_acts_on_the_process(tmp_path):
         "xla_cache_dir": True,
         "import_hook": True,
         "jax_backend": False,
-        "jax_linker": True,
+        "jax_linker": False,
         "numba_bodies": True,
         "callback_log_filter": True,
     }
     assert report["again"] == after
     # Once the backend is imported (its floatX=float32 turns x64 off): our
-    # lowering is registered, and x64 is on again.
-    assert report["backend"] == {**after, "jax_funcify": True, "jax_backend": True}
+    # lowering and the JAX linker's fork check are installed, and x64 is on again.
+    assert report["backend"] == {
+        **after,
+        "jax_funcify": True,
+        "jax_backend": True,
+        "jax_linker": True,
+    }
 
 
 def test_the_guide_maps_every_module():

@@ -8,7 +8,7 @@ from _linkers import compile_function, jax_op_nodes, without_islands
 
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
-from pytensor.compile.jax_ofg_island_op import JaxIsland
+from pytensor.compile.jax_ofg_island import JaxIsland
 from pytensor.compile.jax_ofg_packing import DtypePacking
 from pytensor.compile.jax_ofg_transforms import (
     VJPForward,

@@ -10,7 +10,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
 from pytensor.compile.jax_ofg_functions import BakedInputs
-from pytensor.compile.jax_ofg_host import writable_outputs
+from pytensor.compile.jax_ofg_host_op import writable_outputs
 from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.rewriting.jax_ofg_fusion import (
     BAKED_CONSTANT_SIZE,

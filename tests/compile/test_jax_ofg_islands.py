@@ -26,7 +26,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.io import In
 from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
-from pytensor.compile.jax_ofg_island_op import JaxIsland, JaxIslandFallbackWarning
+from pytensor.compile.jax_ofg_island import JaxIsland, JaxIslandFallbackWarning
 from pytensor.compile.mode import Mode, get_mode
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
@@ -35,7 +35,7 @@ from pytensor.link.numba.dispatch import numba_funcify
 from pytensor.raise_op import Assert
 from pytensor.scalar import add as scalar_add
 from pytensor.tensor.elemwise import Elemwise
-from pytensor.tensor.rewriting.jax_ofg_form_islands import find_islands, joins_islands
+from pytensor.tensor.rewriting.jax_ofg_islands import find_islands, joins_islands
 
 
 #: The host linkers, where islands form: (id, mode).

@@ -23,14 +23,14 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.jax_ofg import as_jax_op
-from pytensor.compile.jax_ofg_fork import ForkedAfterJaxError
-from pytensor.compile.jax_ofg_host import graph_holds_jax_ops
-from pytensor.compile.jax_ofg_processes import (
+from pytensor.compile.jax_ofg_fork_guard import ForkedAfterJaxError
+from pytensor.compile.jax_ofg_host_op import graph_holds_jax_ops
+from pytensor.compile.jax_ofg_pymc import (
     PYMC_SAMPLING_MODULES,
     SAFE_START_METHOD,
-    _ForkCheckedFunction,
     model_holds_jax_ops,
 )
+from pytensor.link.jax.dispatch.jax_ofg import ForkCheckedFunction
 from pytensor.link.jax.linker import JAXLinker
 
 
@@ -331,8 +331,8 @@ def test_jax_linker_checks_only_graphs_holding_jax_ops():
     x = pt.vector("x", shape=(2,))
     ours = pytensor.function([x], _log_density(x, 1.0), mode="JAX")
     theirs = pytensor.function([x], pt.sum(x**2), mode="JAX")
-    assert isinstance(ours.vm.jit_fn, _ForkCheckedFunction)
-    assert not isinstance(theirs.vm.jit_fn, _ForkCheckedFunction)
+    assert isinstance(ours.vm.jit_fn, ForkCheckedFunction)
+    assert not isinstance(theirs.vm.jit_fn, ForkCheckedFunction)
     assert ours(np.ones(2)) == 0.0
     # jax.jit's own methods stay reachable
     assert ours.vm.jit_fn.lower(np.ones(2)).as_text()

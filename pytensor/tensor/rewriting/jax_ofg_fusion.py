@@ -38,7 +38,7 @@ from pytensor.graph.rewriting.basic import (
     node_rewriter,
 )
 from pytensor.graph.traversal import ancestors
-from pytensor.tensor.rewriting.jax_ofg_form_islands import (
+from pytensor.tensor.rewriting.jax_ofg_islands import (
     find_islands,
     islands_enabled,
     joinable_nodes,

@@ -2,7 +2,7 @@
 
 JAX returns read-only buffers; copying every output costs time on every
 call. After all other rewrites (in-place ones included), :class:`ReadOnlyOutputs`
-notes on each :class:`~pytensor.compile.jax_ofg_host.JaxHostOp` node which
+notes on each :class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp` node which
 outputs must be private, writeable copies (:func:`writable_flags`); the host
 call hands on the others as read-only views.
 
@@ -13,7 +13,7 @@ in ``optdb`` as ``jax_ofg_readonly_outputs``.
 from __future__ import annotations
 
 from pytensor.compile.aliasing import alias_root, view_tree_set
-from pytensor.compile.jax_ofg_host import WRITABLE_TAG, JaxHostOp
+from pytensor.compile.jax_ofg_host_op import WRITABLE_TAG, JaxHostOp
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import Output
 from pytensor.graph.rewriting.basic import GraphRewriter
@@ -60,7 +60,7 @@ class ReadOnlyOutputs(GraphRewriter):
 
     JAX returns read-only buffers; copying every output costs time on every
     call. After all other rewrites (in-place ones included), each
-    :class:`~pytensor.compile.jax_ofg_host.JaxHostOp` node of the compiled
+    :class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp` node of the compiled
     graph gets ``node.tag.jax_ofg_writable`` (:func:`writable_flags`); its
     other outputs are handed on as read-only views.
     """

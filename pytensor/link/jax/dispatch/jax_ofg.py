@@ -6,23 +6,34 @@ raised while JAX traces it is noted with the op's name and marked as a
 wrapped function's (:mod:`~pytensor.compile.jax_ofg_errors`); errors raised
 later, by the compiled XLA program, cannot be traced back to one op.
 
-A graph lowered as a whole (a :class:`~pytensor.compile.jax_ofg_island_op.JaxIsland`)
+A graph lowered as a whole (a :class:`~pytensor.compile.jax_ofg_island.JaxIsland`)
 may pass :class:`~pytensor.compile.jax_ofg_transforms.SharedPullbacks`: an op
 and its pullback on the same inputs then share one :func:`jax.vjp` in the
 trace, so the value and the gradient cost one forward pass without packing
 residuals.
 
+A function compiled with ``mode="JAX"`` has no host call: when its graph holds
+wrapped functions it is a :class:`ForkCheckedFunction`, which refuses to run in
+a process forked after JAX started (see
+:mod:`~pytensor.compile.jax_ofg_fork_guard`) and names the wrapped functions
+in its errors.
+
 Registered by :func:`pytensor.compile.jax_ofg.install`:
-:func:`jax_funcify_OpFromJax` for ``OpFromJax`` with PyTensor's ``jax_funcify``.
+:func:`jax_funcify_OpFromJax` for ``OpFromJax`` with PyTensor's ``jax_funcify``,
+and :func:`install_jax_linker_check`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax.numpy as jnp
 
-from pytensor.compile.jax_ofg_errors import RaisedWhile, mark
+from pytensor.compile import jax_ofg_fork_guard
+from pytensor.compile.jax_ofg_errors import RaisedWhile, mark, report
+from pytensor.compile.jax_ofg_host_op import graph_holds_jax_ops, wrapped_functions_in
 from pytensor.compile.jax_ofg_op import OpFromJax
 from pytensor.compile.jax_ofg_transforms import (
     SharedPullbacks,
@@ -33,7 +44,7 @@ from pytensor.compile.jax_ofg_transforms import (
 from pytensor.graph.basic import Apply
 
 
-__all__ = ["jax_funcify_OpFromJax"]
+__all__ = ["ForkCheckedFunction", "install_jax_linker_check", "jax_funcify_OpFromJax"]
 
 
 def _noted(op: OpFromJax, fn: Callable) -> Callable:
@@ -108,3 +119,64 @@ def jax_funcify_OpFromJax(
             return traced_fn(*inputs)
 
     return opfromjax
+
+
+# --------------------------------------------------------------------------
+# The JAX linker: no host call, so its compiled function checks
+# --------------------------------------------------------------------------
+
+
+class ForkCheckedFunction:
+    """A JAX-linker function holding wrapped JAX functions, checked before each call.
+
+    Its errors name the wrapped functions, as a host call's do (see
+    :func:`~pytensor.compile.jax_ofg_errors.report`).
+    """
+
+    __slots__ = ("_compiled", "_functions")
+
+    def __init__(self, compiled: Callable, functions: Sequence[str] = ()):
+        self._compiled = compiled
+        self._functions = tuple(functions)
+
+    def __call__(self, *args):
+        if jax_ofg_fork_guard.forked_after_jax_started:
+            jax_ofg_fork_guard.refuse_call_after_fork(
+                "A function compiled with mode='JAX' that holds wrapped JAX functions"
+            )
+        try:
+            return self._compiled(*args)
+        except Exception as error:
+            what = f"The XLA program of mode='JAX' holding {', '.join(self._functions)}"
+            report(error, what, self._functions)
+            raise
+
+    def __getattr__(self, name: str) -> Any:  # `lower`, `trace`, ... of jax.jit
+        return getattr(self._compiled, name)
+
+
+def install_jax_linker_check() -> bool:
+    """Make ``JAXLinker.jit_compile`` check graphs holding JAX ops after a fork.
+
+    Graphs without them get PyTensor's function unchanged. Returns whether the
+    check is installed (``False`` when PyTensor's linker has moved).
+    """
+    from pytensor.link.jax.linker import JAXLinker
+
+    jit_compile = getattr(JAXLinker, "jit_compile", None)
+    if not callable(jit_compile):
+        return False
+    if getattr(jit_compile, "checks_forked_processes", False):
+        return True
+
+    @functools.wraps(jit_compile)
+    def checked_jit_compile(self, fn):
+        compiled = jit_compile(self, fn)
+        fgraph = getattr(self, "fgraph", None)
+        if fgraph is not None and graph_holds_jax_ops(fgraph.outputs):
+            return ForkCheckedFunction(compiled, wrapped_functions_in(fgraph.outputs))
+        return compiled
+
+    checked_jit_compile.checks_forked_processes = True
+    JAXLinker.jit_compile = checked_jit_compile
+    return True

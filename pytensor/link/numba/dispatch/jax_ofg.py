@@ -1,9 +1,9 @@
 """Numba linker: ops holding a JAX computation call their jitted function in object mode.
 
 :class:`~pytensor.compile.jax_ofg_op.OpFromJax` and
-:class:`~pytensor.compile.jax_ofg_island_op.JaxIsland` enter object mode once per
+:class:`~pytensor.compile.jax_ofg_island.JaxIsland` enter object mode once per
 call and go to the op's host function
-(:meth:`~pytensor.compile.jax_ofg_host.JaxHostOp.host_function`).
+(:meth:`~pytensor.compile.jax_ofg_host_op.JaxHostOp.host_function`).
 
 The compiled body holds no Python closure, so PyTensor can cache it on disk:
 the object-mode block calls the module-level :func:`call_host_function` with
@@ -19,7 +19,7 @@ Numba: its thunk calls the host function itself
 
 Registered by :func:`pytensor.compile.jax_ofg.install`:
 :func:`numba_funcify_JaxHostOp` (with its cache key) for
-:class:`~pytensor.compile.jax_ofg_host.JaxHostOp` with PyTensor's
+:class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp` with PyTensor's
 ``numba_funcify``, the module of the compiled bodies in ``sys.modules``
 (:func:`bodies_module`), and the direct thunk in ``NumbaLinker``.
 """
@@ -38,7 +38,7 @@ import numba
 import numpy as np
 
 from pytensor.compile.jax_ofg_fingerprints import digest, stable_key
-from pytensor.compile.jax_ofg_host import JaxHostOp, writable_outputs
+from pytensor.compile.jax_ofg_host_op import JaxHostOp, writable_outputs
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch.basic import get_numba_type, numba_njit
 from pytensor.link.utils import raise_with_op
@@ -119,9 +119,9 @@ def unpacking_source(
     """Numba source slicing each output out of the packed buffers.
 
     ``buffers`` names the buffer of each dtype of
-    :attr:`~pytensor.compile.jax_ofg_host.JaxHostOp.packing`. Static shapes
+    :attr:`~pytensor.compile.jax_ofg_host_op.JaxHostOp.packing`. Static shapes
     are constants; unknown ones are read from ``dims`` (see
-    :meth:`~pytensor.compile.jax_ofg_host.JaxHostOp.buffers_function`).
+    :meth:`~pytensor.compile.jax_ofg_host_op.JaxHostOp.buffers_function`).
     Returns the lines, the outputs' names, and whether ``dims`` is read.
 
     >>> from pytensor.tensor.type import TensorType
@@ -216,7 +216,7 @@ def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
     )
     body = compile_numba_function_src(source, name, global_env=bodies.__dict__)
     compiled = numba_njit(body)
-    compiled._jax_ofg_host = host  # the registry holds it weakly
+    compiled._jax_ofg_host_op = host  # the registry holds it weakly
     input_types = [str(get_numba_type(x.type)) for x in node.inputs]
     return compiled, digest(f"jax_host_op|{key}|{input_types}|{source}")
 
@@ -231,7 +231,7 @@ def install_direct_host_thunk() -> bool:
     """Make the Numba linker run a graph that is one JAX op from a Python thunk.
 
     A model's whole ``logp_dlogp`` is often one
-    :class:`~pytensor.compile.jax_ofg_island_op.JaxIsland`: a Numba function
+    :class:`~pytensor.compile.jax_ofg_island.JaxIsland`: a Numba function
     around it would only enter object mode to call the island's host
     function (a few microseconds per call, and its compilation at the first
     call). The graph's thunk then calls the host function itself; the linker's

@@ -1,7 +1,7 @@
 """Calling a jitted JAX function from PyTensor's host linkers.
 
 Two kinds of ops hold a JAX computation: :class:`~pytensor.compile.jax_ofg_op.OpFromJax`
-(one wrapped function) and :class:`~pytensor.compile.jax_ofg_island_op.JaxIsland`
+(one wrapped function) and :class:`~pytensor.compile.jax_ofg_island.JaxIsland`
 (a connected part of a PyTensor graph lowered by PyTensor's JAX backend). In the
 Python, C VM and Numba linkers both are called the same way, through the
 :class:`JaxHostOp` mixin: one ``jax.jit`` of :meth:`JaxHostOp.jax_callable`,
@@ -20,11 +20,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from pytensor.compile import jax_ofg_fork
+from pytensor.compile import jax_ofg_fork_guard
 from pytensor.compile import jax_ofg_trace_cache as trace_cache
 from pytensor.compile.jax_ofg_errors import report, runtime_error_counts
 from pytensor.compile.jax_ofg_fingerprints import Undescribable, fingerprint_or_raise
-from pytensor.compile.jax_ofg_lru import BoundedCache
 from pytensor.compile.jax_ofg_packing import DtypePacking, Plan
 from pytensor.compile.jax_ofg_programs import Program
 from pytensor.graph.basic import Apply
@@ -34,7 +33,7 @@ from pytensor.tensor.type import TensorType
 
 
 #: Programs of recently used ops (see :attr:`JaxHostOp.program`).
-PROGRAMS = BoundedCache(64)
+PROGRAMS = trace_cache.BoundedCache(64)
 
 HostFunction = Callable[..., list[np.ndarray]]
 
@@ -115,8 +114,8 @@ class JaxHostOp:
         what = str(self)
 
         def call(*inputs: np.ndarray) -> list[np.ndarray]:
-            if jax_ofg_fork.forked_after_jax_started:
-                jax_ofg_fork.refuse_call_after_fork(what)
+            if jax_ofg_fork_guard.forked_after_jax_started:
+                jax_ofg_fork_guard.refuse_call_after_fork(what)
             try:
                 return program(*inputs)
             except Exception as error:

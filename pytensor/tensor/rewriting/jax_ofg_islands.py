@@ -6,7 +6,7 @@ such node, and the PyTensor nodes between them run outside XLA. This rewrite
 finds **islands**: connected, convex sets of nodes holding at least one
 ``OpFromJax`` together with neighbouring nodes that PyTensor's JAX backend
 lowers, and replaces each by one
-:class:`~pytensor.compile.jax_ofg_island_op.JaxIsland`.
+:class:`~pytensor.compile.jax_ofg_island.JaxIsland`.
 
 A node may join an island only if
 
@@ -19,7 +19,7 @@ A node may join an island only if
 * it is no random variable, and destroys none of its inputs;
 * it is no assertion, unless what it checks is fixed: JAX's lowering drops
   assertions, but one on lengths is decided when the island is specialized
-  (:meth:`~pytensor.compile.jax_ofg_island_op.JaxIsland.specialize`);
+  (:meth:`~pytensor.compile.jax_ofg_island.JaxIsland.specialize`);
 * its inputs and outputs are tensors (constants of other types stay
   inside), unless it computes fixed values (``ScalarFromTensor`` of a length);
   an island whose boundary would carry another type is not formed;
@@ -49,7 +49,7 @@ import pytensor.tensor as pt
 from pytensor.compile import jax_ofg_trace_cache as trace_cache
 from pytensor.compile.jax_ofg_dims import evaluate_values, is_fixed
 from pytensor.compile.jax_ofg_import_hooks import jax_backend
-from pytensor.compile.jax_ofg_island_op import ISLANDS_REWRITE, JaxIsland
+from pytensor.compile.jax_ofg_island import ISLANDS_REWRITE, JaxIsland
 from pytensor.compile.jax_ofg_op import OpFromJax
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable

@@ -1,26 +1,19 @@
-"""PyMC and the JAX linker: processes running wrapped functions never deadlock.
+"""PyMC picks a start method that does not deadlock for models holding JAX ops.
 
 JAX cannot run in a process forked after it started (see
-:mod:`~pytensor.compile.jax_ofg_fork`, whose at-fork handlers make every host
-call in such a process raise a clear error). This module covers the rest:
+:mod:`~pytensor.compile.jax_ofg_fork_guard`, whose at-fork handlers make every
+host call in such a process raise a clear error). When ``pm.sample`` or
+``pm.sample_smc`` runs chains in processes, the user gave no ``mp_ctx`` and the
+model holds JAX ops, PyMC's choice of ``fork`` becomes ``forkserver``
+(``spawn`` where there is no forkserver). PyMC does the same on its own only
+when the compile mode is JAX. Other models, an explicit ``mp_ctx`` and the rest
+of the program's multiprocessing are left alone. The PyMC internals this relies
+on are checked and left as they are when they have moved (the at-fork error
+still prevents the deadlock); ``tests/compile/test_jax_ofg_processes.py`` fails
+when they do.
 
-* **PyMC picks a safe start method by itself**: when ``pm.sample`` or
-  ``pm.sample_smc`` runs chains in processes, the user gave no ``mp_ctx`` and
-  the model holds JAX ops, PyMC's choice of ``fork`` becomes ``forkserver``
-  (``spawn`` where there is no forkserver). PyMC does the same on its own only
-  when the compile mode is JAX. Other models, an explicit ``mp_ctx`` and the
-  rest of the program's multiprocessing are left alone
-  (:func:`install_pymc_start_method_choice`);
-* **the JAX linker**, which has no host call: a function compiled with
-  ``mode="JAX"`` whose graph holds such ops checks the fork note before
-  calling its XLA program (:func:`install_jax_linker_check`).
-
-Each step checks the PyMC and PyTensor internals it relies on and leaves them
-as they are when they have moved (the at-fork error still prevents the
-deadlock); ``tests/compile/test_jax_ofg_processes.py`` fails when they do.
-
-Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` calls both
-``install_*`` functions.
+Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` calls
+:func:`install_pymc_start_method_choice`.
 """
 
 from __future__ import annotations
@@ -29,19 +22,16 @@ import functools
 import logging
 import multiprocessing
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import FrameType, ModuleType
 from typing import Any
 
-from pytensor.compile import jax_ofg_fork
-from pytensor.compile.jax_ofg_errors import report
-from pytensor.compile.jax_ofg_host import graph_holds_jax_ops, wrapped_functions_in
+from pytensor.compile.jax_ofg_host_op import graph_holds_jax_ops
 from pytensor.compile.jax_ofg_import_hooks import after_import
 
 
 __all__ = [
     "SAFE_START_METHOD",
-    "install_jax_linker_check",
     "install_pymc_start_method_choice",
     "model_holds_jax_ops",
 ]
@@ -144,64 +134,3 @@ def install_pymc_start_method_choice() -> None:
     """Patch PyMC's sampling modules now, or when they are imported."""
     for name in PYMC_SAMPLING_MODULES:
         after_import(name, patch_pymc_module)
-
-
-# --------------------------------------------------------------------------
-# The JAX linker: no host call, so its compiled function checks
-# --------------------------------------------------------------------------
-
-
-class _ForkCheckedFunction:
-    """A JAX-linker function holding wrapped JAX functions, checked before each call.
-
-    Its errors name the wrapped functions, as a host call's do (see
-    :func:`~pytensor.compile.jax_ofg_errors.report`).
-    """
-
-    __slots__ = ("_compiled", "_functions")
-
-    def __init__(self, compiled: Callable, functions: Sequence[str] = ()):
-        self._compiled = compiled
-        self._functions = tuple(functions)
-
-    def __call__(self, *args):
-        if jax_ofg_fork.forked_after_jax_started:
-            jax_ofg_fork.refuse_call_after_fork(
-                "A function compiled with mode='JAX' that holds wrapped JAX functions"
-            )
-        try:
-            return self._compiled(*args)
-        except Exception as error:
-            what = f"The XLA program of mode='JAX' holding {', '.join(self._functions)}"
-            report(error, what, self._functions)
-            raise
-
-    def __getattr__(self, name: str) -> Any:  # `lower`, `trace`, ... of jax.jit
-        return getattr(self._compiled, name)
-
-
-def install_jax_linker_check() -> bool:
-    """Make ``JAXLinker.jit_compile`` check graphs holding JAX ops after a fork.
-
-    Graphs without them get PyTensor's function unchanged. Returns whether the
-    check is installed (``False`` when PyTensor's linker has moved).
-    """
-    from pytensor.link.jax.linker import JAXLinker
-
-    jit_compile = getattr(JAXLinker, "jit_compile", None)
-    if not callable(jit_compile):
-        return False
-    if getattr(jit_compile, "checks_forked_processes", False):
-        return True
-
-    @functools.wraps(jit_compile)
-    def checked_jit_compile(self, fn):
-        compiled = jit_compile(self, fn)
-        fgraph = getattr(self, "fgraph", None)
-        if fgraph is not None and graph_holds_jax_ops(fgraph.outputs):
-            return _ForkCheckedFunction(compiled, wrapped_functions_in(fgraph.outputs))
-        return compiled
-
-    checked_jit_compile.checks_forked_processes = True
-    JAXLinker.jit_compile = checked_jit_compile
-    return True

@@ -3,7 +3,7 @@
 Under the Python, C VM and Numba linkers every :class:`~pytensor.compile.jax_ofg_op.OpFromJax`
 is its own XLA program, and the PyTensor nodes between them (a likelihood
 computed from an ODE trajectory, its gradient) run outside XLA. The
-``jax_islands`` rewrite (:mod:`pytensor.tensor.rewriting.jax_ofg_form_islands`)
+``jax_islands`` rewrite (:mod:`pytensor.tensor.rewriting.jax_ofg_islands`)
 groups such a part into one :class:`JaxIsland`: an
 :class:`~pytensor.compile.builders.OpFromGraph` whose inner graph is run
 through ``jax.jit`` of PyTensor's own JAX lowering (``jax_funcify``), the same
@@ -27,7 +27,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.builders import FinalizedOpFromGraph, construct_nominal_fgraph
 from pytensor.compile.jax_ofg_errors import RaisedWhile, mark, raised_while
-from pytensor.compile.jax_ofg_host import JaxHostOp
+from pytensor.compile.jax_ofg_host_op import JaxHostOp
 from pytensor.compile.jax_ofg_import_hooks import jax_backend
 from pytensor.compile.jax_ofg_op import OpFromJax
 from pytensor.compile.jax_ofg_transforms import SharedPullbacks
