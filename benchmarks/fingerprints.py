@@ -14,9 +14,9 @@ import jax.numpy as jnp
 from _models import SIR_DAYS, SIR_KNOTS, SIR_Y0, sir_rate, sir_solve
 
 import pytensor.tensor as pt
+from pytensor.compile.jax_ofg_environment import environment_fingerprint
 from pytensor.compile.jax_ofg_fingerprints import (
     describe,
-    environment_fingerprint,
     fingerprint,
     stable_key,
 )

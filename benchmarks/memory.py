@@ -1,22 +1,25 @@
-"""Memory while building and compiling many wrapped calls with changing statics.
+"""Memory while building and compiling many models: ours against pure PyTensor.
 
-Every iteration calls one wrapped function with a new static argument (a new
-op), compiles a ``pytensor.function`` holding it and its gradient, runs it
-once and drops it. The op cache of the wrapper is bounded, and nothing else
-may keep ops, jitted functions or compiled executables alive: the resident
-memory must level off, not grow with the number of iterations.
+Every iteration builds a new model (a new static argument: a new op), compiles
+a ``pytensor.function`` of its value and gradient, runs it once and drops it.
+The same models written in PyTensor alone (the rate a constant of the graph)
+run in a second process, side by side: this package's caches and registries
+(ops, programs, traces, the Numba registry) must grow memory no faster than
+PyTensor's own caches do.
 
-Prints a markdown table (resident memory every ``--every`` iterations) and
-writes it to ``benchmarks/results/memory.md``.
+Prints a markdown table (resident memory every ``--every`` iterations, per
+variant) and writes it to ``benchmarks/results/memory.md``.
 
-Run: ``.venv/bin/python benchmarks/memory.py [--iterations 1000] [--mode CVM]``.
+Run: ``.venv/bin/python benchmarks/memory.py [--iterations 1000] [--mode NUMBA]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,47 +50,82 @@ def damped(x, *, rate):
     return jnp.sum(jnp.exp(-rate * x) * jnp.sin(x))
 
 
-def one_iteration(x: pt.TensorVariable, rate: float, mode: str | None) -> float:
-    cost = damped(x, rate=rate)
+def one_iteration(
+    x: pt.TensorVariable, rate: float, mode: str | None, variant: str
+) -> float:
+    if variant == "ours":
+        cost = damped(x, rate=rate)
+    else:
+        cost = pt.sum(pt.exp(-rate * x) * pt.sin(x))
     f = pytensor.function([x], [cost, pt.grad(cost, x)], mode=mode)
     value, _ = f(np.linspace(0.0, 1.0, 8))
     return float(value)
+
+
+def measure(iterations: int, every: int, mode: str, variant: str) -> list[tuple]:
+    """Resident MiB every ``every`` iterations of one variant, in this process."""
+    x = pt.vector("x", shape=(8,))
+    rows = []
+    for i in range(iterations + 1):
+        if i % every == 0:
+            gc.collect()
+            rows.append((i, resident_mib()))
+            print(f"{variant}: {i:6d} iterations: {rows[-1][1]:8.1f} MiB", flush=True)
+        if i < iterations:
+            one_iteration(x, rate=1.0 + i * 1e-3, mode=mode, variant=variant)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--every", type=int, default=100)
-    parser.add_argument("--mode", default="CVM", help="PyTensor mode (default CVM)")
+    parser.add_argument("--mode", default="NUMBA", help="PyTensor mode (default NUMBA)")
+    parser.add_argument(
+        "--variant", choices=("ours", "pytensor"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
 
-    x = pt.vector("x", shape=(8,))
-    rows = []
+    if args.variant:  # a child: one variant, its rows as JSON on the last line
+        rows = measure(args.iterations, args.every, args.mode, args.variant)
+        print(json.dumps(rows))
+        return
+
     start = time.perf_counter()
-    for i in range(args.iterations + 1):
-        if i % args.every == 0:
-            gc.collect()
-            rows.append((i, resident_mib(), len(damped._ops)))
-            print(f"{i:6d} iterations: {rows[-1][1]:8.1f} MiB", flush=True)
-        if i < args.iterations:
-            one_iteration(x, rate=1.0 + i * 1e-3, mode=args.mode)
+    results = {}
+    for variant in ("ours", "pytensor"):
+        child = subprocess.run(
+            [sys.executable, __file__, *(argv or sys.argv[1:]), "--variant", variant],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        results[variant] = json.loads(child.stdout.strip().splitlines()[-1])
     seconds = time.perf_counter() - start
 
     header = (
-        f"Build + compile + run {args.iterations} wrapped calls, each with a new "
-        f"static argument (mode {args.mode}); {platform.machine()}, Python "
+        f"Build + compile + run {args.iterations} models (value and gradient), each "
+        f"new, mode {args.mode}: a wrapped JAX function with a new static "
+        f"argument (ours) against the same model in PyTensor alone, each variant "
+        f"in its own process; {platform.machine()}, Python "
         f"{platform.python_version()}, PyTensor {pytensor.__version__}, "
-        f"JAX {jax.__version__}; {seconds:.0f} s"
+        f"JAX {jax.__version__}; {seconds:.0f} s. Command: `{' '.join(sys.argv)}`"
     )
     lines = [
         header,
         "",
-        "| iterations | resident MiB | growth since first 100 (MiB) | ops cached |",
-        "|---:|---:|---:|---:|",
+        "| models | ours: resident MiB | ours: growth since 100 | "
+        "PyTensor alone: resident MiB | PyTensor alone: growth since 100 |",
+        "|---:|---:|---:|---:|---:|",
     ]
-    baseline = rows[1][1] if len(rows) > 1 else rows[0][1]
-    for i, mib, cached in rows:
-        lines.append(f"| {i} | {mib:.1f} | {mib - baseline:+.1f} | {cached} |")
+    ours, theirs = results["ours"], results["pytensor"]
+    base_ours = ours[1][1] if len(ours) > 1 else ours[0][1]
+    base_theirs = theirs[1][1] if len(theirs) > 1 else theirs[0][1]
+    for (i, mib), (_, pt_mib) in zip(ours, theirs):
+        lines.append(
+            f"| {i} | {mib:.1f} | {mib - base_ours:+.1f} | {pt_mib:.1f} | "
+            f"{pt_mib - base_theirs:+.1f} |"
+        )
     table = "\n".join(lines)
     print()
     print(table)

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -43,23 +44,7 @@ def run_python(
     behind. With ``check``, a non-zero exit fails the test with the end of
     stderr. ``env`` adds to (or overrides) the environment.
     """
-    startup = Path(folder) / "_checkout_startup"
-    startup.mkdir(exist_ok=True)
-    (startup / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env = {
-        **os.environ,
-        **(env or {}),
-        "PYTHONPATH": os.pathsep.join([str(startup), *_pythonpath()]),
-    }
-    process = subprocess.Popen(
-        [sys.executable, *arguments],
-        cwd=folder,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = start_python(arguments, folder, env=env)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -77,15 +62,49 @@ def run_python(
     return result
 
 
+def start_python(
+    arguments: list[str], folder: Path, *, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """Start ``python *arguments`` in ``folder`` (see :func:`run_python`), not waiting.
+
+    Its output is piped (text); it runs in a process group of its own.
+    """
+    startup = Path(folder) / "_checkout_startup"
+    startup.mkdir(exist_ok=True)
+    (startup / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = {
+        **os.environ,
+        **(env or {}),
+        "PYTHONPATH": os.pathsep.join([str(startup), *_pythonpath()]),
+    }
+    return subprocess.Popen(
+        [sys.executable, *arguments],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def run_script(
     code: str,
-    folder: Path,
+    folder: Path | None = None,
     *,
     timeout: float = 600,
     check: bool = True,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``code`` as the script ``folder/script.py`` (see :func:`run_python`)."""
+    """Run ``code`` as the script ``folder/script.py`` (see :func:`run_python`).
+
+    Without ``folder``, in a temporary folder removed afterwards.
+    """
+    if folder is None:
+        with tempfile.TemporaryDirectory() as temporary:
+            return run_script(
+                code, Path(temporary), timeout=timeout, check=check, env=env
+            )
     script = Path(folder) / "script.py"
     script.write_text(textwrap.dedent(code))
     return run_python([str(script)], folder, timeout=timeout, check=check, env=env)

@@ -20,9 +20,12 @@ Modules, in layers (each imports only from the layers above it):
 ========================  ===============================================
 layer                     modules (``pytensor/compile/`` unless noted)
 ========================  ===============================================
-base                      ``jax_ofg_errors``
+base                      ``jax_ofg_compat`` (every private API used),
+                          ``jax_ofg_errors``
                           (where an error came from), ``jax_ofg_fork_guard`` (no
                           JAX after fork), ``jax_ofg_fingerprints`` (content keys),
+                          ``jax_ofg_code_origin`` (stdlib, release, user
+                          code?), ``jax_ofg_environment`` (versions, options),
                           ``jax_ofg_reads`` (what a trace reads),
                           ``jax_ofg_checks`` (equinox's checks as a flag),
                           ``jax_ofg_xla_cache`` (JAX's persistent cache),
@@ -68,6 +71,9 @@ except ImportError as _error:  # pragma: no cover - exercised in a subprocess te
     ) from _error
 
 from pytensor.compile import (
+    jax_ofg_compat as compat,
+)
+from pytensor.compile import (
     jax_ofg_fork_guard,
     jax_ofg_pymc,
     jax_ofg_reads,
@@ -93,11 +99,9 @@ from pytensor.compile.jax_ofg_wrapper import (
     not_a_tensor,
 )
 from pytensor.compile.mode import optdb
-from pytensor.graph.replace import _vectorize_node
 from pytensor.graph.rewriting.basic import dfs_rewriter
 from pytensor.link.numba.dispatch import jax_ofg as numba_dispatch
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.tensor.basic import _as_tensor_variable
 from pytensor.tensor.rewriting.jax_ofg_fusion import (
     FuseValueAndVJP,
     bake_constant_inputs,
@@ -189,8 +193,8 @@ def install() -> None:
         numba_dispatch.bodies_module()
         numba_dispatch.install_direct_host_thunk()
 
-        _vectorize_node.register(OpFromJax)(vectorize_op_from_jax)
-        _as_tensor_variable.register(SymbolicCallable)(not_a_tensor)
+        compat.register_vectorization(OpFromJax, vectorize_op_from_jax)
+        compat.register_as_tensor(SymbolicCallable, not_a_tensor)
 
         _register_rewrites()
 

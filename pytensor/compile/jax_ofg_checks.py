@@ -23,8 +23,6 @@ Registers nothing.
 
 from __future__ import annotations
 
-import functools
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -33,28 +31,14 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jax_core
 
+from pytensor.compile import jax_ofg_compat as compat
+
 
 __all__ = ["NotFlaggable", "flag_checks", "holds_host_callbacks"]
 
 
 class NotFlaggable(Exception):
     """A traced program holds a host callback other than equinox's checks."""
-
-
-def _equinox_check(params: dict) -> str | None:
-    """``"raises"`` or ``"tpu_msg"`` for the callbacks of ``eqx.error_if``, else None.
-
-    Equinox 0.13's error branch (``equinox._errors._error``) calls ``raises``,
-    then ``tpu_msg`` on the result (for TPUs, which cannot raise).
-    """
-    function = getattr(params.get("callback"), "callback_func", None)
-    if getattr(function, "__module__", None) != "equinox._errors":
-        return None
-    name = getattr(function, "__qualname__", "")
-    return {
-        "_error.<locals>.raises": "raises",
-        "_error.<locals>.tpu_msg": "tpu_msg",
-    }.get(name)
 
 
 def _is_callback(equation: Any) -> bool:
@@ -68,24 +52,6 @@ def _jaxprs_in(params: dict) -> Iterator[Any]:
         for item in value if type(value) in (tuple, list) else (value,):
             if isinstance(item, jax_core.Jaxpr):
                 yield item
-
-
-def _implementation(primitive: Any) -> Callable | None:
-    """The Python implementation of an equinox custom primitive, if it is one.
-
-    lineax's linear solve is such a primitive: it is lowered by tracing its
-    implementation, so its checks are not in the jaxpr until then. Equinox
-    lists them in ``equinox.internal.primitive_finalisations``, with a rule
-    calling ``primitive.impl``.
-    """
-    internal = sys.modules.get("equinox.internal")
-    rule = getattr(internal, "primitive_finalisations", {}).get(primitive)
-    if (
-        isinstance(rule, functools.partial)
-        and rule.func.__name__ == "_impl_finalisation"
-    ):
-        return primitive.impl
-    return None
 
 
 class _Rewriter:
@@ -113,7 +79,7 @@ class _Rewriter:
 
     def finalised(self, equation: Any) -> Any:
         """The jaxpr of an equinox custom primitive's implementation, else None."""
-        rule = _implementation(equation.primitive)
+        rule = compat.equinox_implementation(equation.primitive)
         if rule is None:
             return None
         found = self._finalised.get(id(equation))
@@ -161,9 +127,14 @@ class _Rewriter:
 
     def rewritten(self, equation: Any, inputs: list) -> tuple[list, Any]:
         name, params = equation.primitive.name, equation.params
-        if name == "pure_callback" and _equinox_check(params) is not None:
+        if (
+            name == "pure_callback"
+            and compat.equinox_check(params.get("callback")) is not None
+        ):
             avals = params["result_avals"]
-            if _equinox_check(params) == "tpu_msg":  # passes its operands on
+            if (
+                compat.equinox_check(params.get("callback")) == "tpu_msg"
+            ):  # passes its operands on
                 return list(inputs[: len(avals)]), None
             return [jnp.zeros(a.shape, a.dtype) for a in avals], jnp.ones((), bool)
         if _is_callback(equation):

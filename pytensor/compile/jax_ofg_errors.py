@@ -22,10 +22,11 @@ import contextlib
 import enum
 import logging
 import re
-import sys
 import threading
 import warnings
 from collections.abc import Sequence
+
+from pytensor.compile import jax_ofg_compat as compat
 
 
 class RaisedWhile(enum.Enum):
@@ -155,10 +156,8 @@ def _put_in_message(error: BaseException, line: str) -> None:
     """Put ``line`` at the start of ``error``'s message, in place."""
     if error.args and isinstance(error.args[0], str):
         error.args = (f"{line}\n\n{error.args[0]}", *error.args[1:])
-    if line not in str(error) and isinstance(
-        getattr(error, "_error_message", None), str
-    ):
-        error._error_message = f"{line}\n\n{error._error_message}"  # JaxRuntimeError
+    if line not in str(error):
+        compat.prepend_to_runtime_error(error, line)
     if line not in str(error):
         add_note_once(error, line)
 
@@ -209,7 +208,7 @@ class MuteCallbackLogs(logging.Filter):
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        frame = sys._getframe()
+        frame = compat.caller_frame(0)
         while frame is not None:
             if (frame.f_globals.get("__name__"), frame.f_code.co_name) in self.CALLERS:
                 return False
@@ -218,4 +217,4 @@ class MuteCallbackLogs(logging.Filter):
 
 
 #: The logger JAX reports failed callbacks to.
-CALLBACK_LOGGER = "jax._src.callback"
+CALLBACK_LOGGER = compat.CALLBACK_LOGGER

@@ -15,7 +15,7 @@ an op's inner function -- by all of that:
   helper, a method of a user's ``equinox.Module``);
 * code from installed libraries (jax, diffrax, equinox, numpy, ...) by its
   distribution's name and version instead of its code, and the standard
-  library by name (the Python version is in :func:`environment_fingerprint`);
+  library by name (the Python version is in :func:`~pytensor.compile.jax_ofg_environment.environment_fingerprint`);
 * objects by their state: dataclass fields (equinox modules), instance
   attributes, pytree children and auxiliary data, what ``pickle`` would save.
 
@@ -27,30 +27,14 @@ traces as it would without a cache. The key may change for reasons that do
 not matter (an over-approximation costs a trace); it never stays equal when
 something that matters changed.
 
-:func:`environment_fingerprint` covers what every traced program depends on
-besides its function: Python, jax, jaxlib, PyTensor and numpy versions, this
-project's own source, the JAX configuration and the default backend.
-
 :func:`stable_key` is the same description in a forgiving mode: never None,
 equal in every process for equal values, for keys whose miss is harmless
 (Numba's cache). Where the strict mode gives up, it describes the value by
 type and ``repr`` with addresses removed.
 
-Library or user code
---------------------
-A module is *library* code when its file is one an installed distribution
-recorded (its ``RECORD``), that distribution was installed from an index or
-archive by name (not from a local directory or file: ``direct_url.json``
-names no ``file://`` URL), and the distribution is described by its name and
-version. Anything else is *user* code and is followed: ``__main__``,
-notebooks, scripts, test modules, modules on ``sys.path`` that no distribution
-owns, a checkout shadowing an installed copy, and **editable or local
-installs** -- a version string is only trusted for a release, since a local
-package can be rebuilt under an unchanged version. The standard library is
-recognised by name (``sys.stdlib_module_names``) and location (a module
-shadowing a stdlib name elsewhere is user code). This project's own modules
-(``pytensor/compile/jax_ofg*.py`` and the dispatch and rewrite modules) are
-described by name: their source is in :func:`environment_fingerprint`.
+Library or user code: :func:`~pytensor.compile.jax_ofg_code_origin.module_kind`
+decides; the environment (versions, this project's source, JAX options):
+:func:`~pytensor.compile.jax_ofg_environment.environment_fingerprint`.
 
 Over-approximations (a change here changes the key, harmlessly)
 ---------------------------------------------------------------
@@ -70,7 +54,7 @@ Not seen (documented limits)
 ----------------------------
 Monkeypatched attributes of library modules, changes to ``builtins``, and
 state a library keeps in its own module globals (the JAX configuration is in
-:func:`environment_fingerprint`). ``eval``, ``exec``, ``globals()``,
+:func:`~pytensor.compile.jax_ofg_environment.environment_fingerprint`). ``eval``, ``exec``, ``globals()``,
 ``__import__``, ``importlib.import_module`` and ``sys.modules`` in user code
 make its key undescribable; so does a local ``import`` of a user module not
 imported yet.
@@ -94,21 +78,18 @@ import hashlib
 import importlib.machinery
 import importlib.metadata
 import importlib.util
-import json
-import os
-import platform
 import re
 import sys
-import threading
 import types
 import weakref
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
+from pytensor.compile import jax_ofg_compat as compat
+from pytensor.compile.jax_ofg_code_origin import Kind, module_kind
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import AbstractFunctionGraph
 from pytensor.graph.op import Op
@@ -118,14 +99,10 @@ from pytensor.graph.type import Type
 __all__ = [
     "Undescribable",
     "describe",
-    "describe_environment",
     "describe_or_raise",
     "digest",
-    "environment_fingerprint",
     "fingerprint",
     "fingerprint_or_raise",
-    "module_kind",
-    "project_files",
     "stable_key",
 ]
 
@@ -146,12 +123,13 @@ class Undescribable(Exception):
 def fingerprint(value: Any) -> str | None:
     """A digest of everything ``value`` computes with, or None if that cannot be known.
 
-    Combine it with :func:`environment_fingerprint` for a cache key.
+    Combine it with :func:`~pytensor.compile.jax_ofg_environment.environment_fingerprint` for a cache key.
 
     >>> def scale(x):
     ...     return 2.0 * x
     >>> fingerprint(scale) == fingerprint(scale)
     True
+    >>> import threading
     >>> fingerprint(threading.Lock()) is None
     True
     """
@@ -174,6 +152,7 @@ def describe(value: Any, strict: bool = True) -> str | None:
     "(1, 0x1.0000000000000p+0, True, None, 'a')"
     >>> describe({"k": [np.float32(0.5)]})
     "{'k': [scalar(<f4, 0000003f)]}"
+    >>> import threading
     >>> describe(threading.Lock()) is None
     True
     >>> describe(threading.Lock(), strict=False)
@@ -191,6 +170,7 @@ def describe_or_raise(value: Any, strict: bool = True) -> str:
     Any error while describing counts as undescribable: a description is
     never made weaker by leaving out what failed.
 
+    >>> import threading
     >>> describe_or_raise(threading.Lock())
     Traceback (most recent call last):
     ...
@@ -227,184 +207,6 @@ def stable_key(value: Any) -> str:
     True
     """
     return describe(value, strict=False)
-
-
-# --------------------------------------------------------------------- kinds
-#: Where a module's code comes from: ``("stdlib", "")``, ``("project", "")``,
-#: ``("library", "dist==version")`` or ``("user", "")``.
-Kind = tuple[str, str]
-
-_USER: Kind = ("user", "")
-_STDLIB: Kind = ("stdlib", "")
-_PROJECT: Kind = ("project", "")
-
-#: This project's modules (their source is in the environment fingerprint).
-_PROJECT_MODULE = re.compile(
-    r"pytensor\.(compile\.jax_ofg\w*|link\.\w+\.dispatch\.jax_ofg\w*"
-    r"|tensor\.rewriting\.jax_ofg\w*)(\..*)?"
-)
-
-_MODULE_KINDS: dict[str, tuple[Any, Kind]] = {}
-_KIND_LOCK = threading.Lock()
-
-
-def module_kind(name: str | None) -> Kind:
-    """Whether the module called ``name`` is stdlib, library, project or user code.
-
-    >>> module_kind("json")
-    ('stdlib', '')
-    >>> module_kind("numpy")[0], module_kind("numpy")[1].startswith("numpy==")
-    ('library', True)
-    >>> module_kind("__main__")
-    ('user', '')
-    """
-    if not name or not isinstance(name, str):
-        return _USER
-    module = sys.modules.get(name)
-    file = getattr(module, "__file__", None)
-    cached = _MODULE_KINDS.get(name)
-    if cached is not None and cached[0] == file:
-        return cached[1]
-    kind = _classify(name, module, file)
-    with _KIND_LOCK:
-        _MODULE_KINDS[name] = (file, kind)
-    return kind
-
-
-def _classify(name: str, module: Any, file: str | None) -> Kind:
-    if _PROJECT_MODULE.fullmatch(name):
-        return _PROJECT
-    top = name.partition(".")[0]
-    if top == "__main__":
-        return _USER
-    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
-        if file is None or _under(file, _stdlib_dirs()):
-            return _STDLIB
-        return _USER  # a user's module shadowing a stdlib name
-    if module is None and top in sys.modules and top != name:
-        # Not imported yet (a local import): the top-level package decides.
-        kind = module_kind(top)
-        return kind if kind[0] != "user" else _USER
-    if file is None:
-        # A namespace package or a built-in: judge by a file of its package.
-        paths = list(getattr(module, "__path__", ()) or ())
-        file = str(Path(paths[0]) / "__init__.py") if paths else None
-        if file is None:
-            return _USER
-    owner = _owning_distribution(top, file)
-    tag = None if owner is None else _tag(owner)
-    return _USER if tag is None else ("library", tag)
-
-
-@functools.cache
-def _stdlib_dirs() -> tuple[str, ...]:
-    import sysconfig
-
-    return tuple(
-        {
-            os.path.dirname(os.__file__),
-            sysconfig.get_path("stdlib"),
-        }
-    )
-
-
-def _under(file: str, folders: Iterable[str]) -> bool:
-    file = os.path.abspath(file)
-    return any(file.startswith(os.path.join(folder, "")) for folder in folders)
-
-
-def _provenance(release: str, direct_url: str | None) -> str | None:
-    """How an installed distribution's files are pinned (see ``direct_url.json``).
-
-    An install by name from an index by its release; a VCS install by its
-    commit, an archive by its hash; a local directory or file by nothing:
-    it can be rebuilt under an unchanged version.
-
-    >>> _provenance("a==1", None)
-    'a==1'
-    >>> _provenance("a==1", '{"url": "https://x/a.git", "vcs_info": {"commit_id": "c0ffee"}}')
-    'a==1@c0ffee'
-    >>> _provenance("a==1", '{"url": "file:///src/a", "dir_info": {}}') is None
-    True
-    """
-    if direct_url is None:
-        return release
-    try:
-        info = json.loads(direct_url)
-        url = info.get("url", "")
-        commit = (info.get("vcs_info") or {}).get("commit_id")
-        archive = info.get("archive_info") or {}
-    except (ValueError, AttributeError):
-        return None
-    if url.startswith("file:") or "dir_info" in info:
-        return None
-    if commit:
-        return f"{release}@{commit}"
-    hashes = archive.get("hashes") or (
-        {"hash": archive["hash"]} if "hash" in archive else {}
-    )
-    return f"{release}#{sorted(hashes.items())}" if hashes else None
-
-
-@functools.cache
-def _distributions_in(folder: str) -> tuple[importlib.metadata.Distribution, ...]:
-    return tuple(importlib.metadata.distributions(path=[folder]))
-
-
-@functools.cache
-def _record(dist: importlib.metadata.Distribution) -> str:
-    """The distribution's file list (RECORD), one file per line ("" if none)."""
-    return "\n" + (dist.read_text("RECORD") or "")
-
-
-@functools.cache
-def _tag(dist: importlib.metadata.Distribution) -> str | None:
-    """``name==version`` and how it is pinned (:func:`_provenance`)."""
-    release = f"{dist.metadata['Name']}=={dist.version}"
-    return _provenance(release, dist.read_text("direct_url.json"))
-
-
-def _normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
-
-
-def _owning_distribution(top: str, file: str) -> importlib.metadata.Distribution | None:
-    """The installed distribution that recorded ``file`` (of top-level ``top``)."""
-    file = os.path.abspath(file)
-    folder = _install_folder(top, file)
-    if folder is None:
-        return None
-    dists = _distributions_in(folder)
-    # The distribution named like the package first: usually it is the one
-    # (the folder's name, to avoid parsing every METADATA).
-    named = [d for d in dists if _folder_name(d) == _normalized(top)]
-    relative = os.path.relpath(file, folder).replace(os.sep, "/")
-    for dist in [*named, *(d for d in dists if d not in named)]:
-        record = _record(dist)
-        if f"\n{relative}," in record or (not record.strip() and dist in named):
-            return dist
-    return None
-
-
-def _folder_name(dist: importlib.metadata.Distribution) -> str:
-    path = getattr(dist, "_path", None)  # PathDistribution's folder; only an order
-    stem = Path(str(path)).name.removesuffix(".dist-info") if path else ""
-    return _normalized(stem.rpartition("-")[0] or stem)
-
-
-def _install_folder(top: str, file: str) -> str | None:
-    """The ``sys.path`` folder holding ``file`` of the top-level package ``top``."""
-    module = sys.modules.get(top)
-    folders = []
-    top_file = getattr(module, "__file__", None)
-    if top_file:
-        path = Path(top_file)
-        folders.append(path.parent.parent if path.stem == "__init__" else path.parent)
-    folders.extend(Path(entry).parent for entry in getattr(module, "__path__", ()))
-    for folder in folders:
-        if _under(file, [str(folder)]):
-            return str(folder)
-    return None
 
 
 # --------------------------------------------------------------------- code
@@ -959,9 +761,9 @@ class _Describer:
             ]
             return f"{header}({self.named(fields)})"
         wrapped = getattr(value, "__wrapped__", None)
-        jit_info = getattr(value, "_jit_info", None)
-        if jit_info is not None and wrapped is not None:
-            return self.jitted(header, wrapped, jit_info)
+        jitted = compat.jitted_function(value)
+        if jitted is not None:
+            return self.jitted(header, *jitted)
         has_dict = hasattr(value, "__dict__")
         if not any(_is_c_class(b) for b in cls.__mro__):
             if has_dict or _slot_names(cls):
@@ -1166,9 +968,7 @@ def _pytree_registration(cls: type) -> Any:
     user's pytree class faithfully, so the description is refused.
     """
     try:
-        from jax._src import tree_util
-
-        return tree_util._registry.get(cls)
+        return compat.pytree_registration(cls)
     except Exception as error:
         raise Undescribable(
             f"JAX's pytree registry cannot be read ({error}) to describe {cls!r}"
@@ -1251,182 +1051,3 @@ def _dispatch(cls: type) -> tuple[Callable[[_Describer, Any], str], bool]:
     referenced = mro.isdisjoint(_UNREFERENCED)
     entry = _DISPATCH[cls] = (method, referenced)
     return entry
-
-
-# --------------------------------------------------------------- environment
-#: JAX options that differ between runs for reasons that do not change a
-#: traced program: caches, logging, dumps, tracebacks and source locations
-#: (metadata only), distributed-runtime plumbing.
-_IRRELEVANT_CONFIG_PREFIXES = (
-    "jax_compilation_cache_",
-    "jax_persistent_cache_",
-    "jax_dump_ir_",
-    "jax_log",
-    "jax_mtls_",
-    "jax_cross_host_",
-    "jax_distributed_",
-    "jax_cpu_get_",
-    "jax_share_binary_",
-    "jax_pgle_",
-)
-_IRRELEVANT_CONFIG = frozenset(
-    {
-        "jax_enable_compilation_cache",
-        "jax_raise_persistent_cache_errors",
-        "jax_explain_cache_misses",
-        "jax_debug_log_modules",
-        "jax_pprint_use_color",
-        "jax_traceback_filtering",
-        "jax_traceback_in_locations_limit",
-        "jax_include_full_tracebacks_in_locations",
-        "jax_hlo_source_file_canonicalization_regex",
-        "jax_tracer_error_num_traceback_frames",
-        "jax_captured_constants_report_frames",
-        "jax_captured_constants_warn_bytes",
-        "jax_include_debug_info_in_dumps",
-        "jax_compiler_detailed_logging_min_ops",
-        "jax_send_traceback_to_runtime",
-        "jax_source_url_schema",
-        "jax_check_proxy_envs",
-        "jax_enable_pgle",
-        "jax_enable_preemption_service",
-        "jax_debug_leaked_clients_on_clear_backends",
-    }
-)
-_ENVIRONMENT_PREFIXES = ("JAX_", "EQX_")
-_ENVIRONMENT_NAMES = frozenset({"XLA_FLAGS"})
-
-#: Where this project's modules live, relative to the ``pytensor`` package.
-_PROJECT_GLOBS = (
-    ("compile", "jax_ofg*.py"),
-    ("link/*/dispatch", "jax_ofg*.py"),
-    ("tensor/rewriting", "jax_ofg*.py"),
-)
-
-
-def _relevant_config(name: str) -> bool:
-    return name not in _IRRELEVANT_CONFIG and not name.startswith(
-        _IRRELEVANT_CONFIG_PREFIXES
-    )
-
-
-def _relevant_variable(name: str) -> bool:
-    if name in _ENVIRONMENT_NAMES:
-        return True
-    if not name.startswith(_ENVIRONMENT_PREFIXES):
-        return False
-    return not name.startswith("JAX_") or _relevant_config(name.lower())
-
-
-@functools.cache
-def _versions() -> tuple[tuple[str, str], ...]:
-    import jaxlib
-
-    import pytensor
-
-    return (
-        (
-            "python",
-            f"{platform.python_implementation()} {platform.python_version()} "
-            f"{sys.implementation.cache_tag}",
-        ),
-        ("jax", jax.__version__),
-        ("jaxlib", jaxlib.__version__),
-        ("pytensor", pytensor.__version__),
-        ("numpy", np.__version__),
-    )
-
-
-@functools.cache
-def _default_backend() -> str:
-    return jax.default_backend()
-
-
-_SOURCE_DIGESTS: dict[str, tuple[tuple[int, int], str]] = {}
-
-
-def _file_digest(path: str) -> str:
-    stat = os.stat(path)
-    signature = (stat.st_mtime_ns, stat.st_size)
-    cached = _SOURCE_DIGESTS.get(path)
-    if cached is not None and cached[0] == signature:
-        return cached[1]
-    text = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:32]
-    _SOURCE_DIGESTS[path] = (signature, text)
-    return text
-
-
-def project_files() -> dict[str, str]:
-    """This project's modules, by name, with their files: the copy this module is in.
-
-    Found beside this file, whatever is imported yet (importing a module to
-    ask where it is would import PyTensor's JAX backend with our JAX
-    dispatch: a second of start-up).
-
-    >>> "pytensor.compile.jax_ofg_fingerprints" in project_files()
-    True
-    """
-    return dict(_project_files())
-
-
-@functools.cache
-def _project_files() -> tuple[tuple[str, str], ...]:
-    root = Path(__file__).resolve().parents[2]
-    files = []
-    for folder, pattern in _PROJECT_GLOBS:
-        for path in sorted((root / "pytensor").glob(f"{folder}/{pattern}")):
-            name = ".".join(path.relative_to(root).with_suffix("").parts)
-            files.append((name, str(path)))
-    return tuple(sorted(files))
-
-
-def describe_environment() -> str:
-    """The readable form of :func:`environment_fingerprint`.
-
-    Calling it the first time initialises JAX's backends (for the default
-    platform): do it when a program is about to be compiled anyway.
-
-    >>> "jax_enable_x64=" in describe_environment()
-    True
-    """
-    parts = [f"{name}={version}" for name, version in _versions()]
-    parts.append(f"backend={_default_backend()}")
-    sources = ", ".join(
-        f"{name}:{_file_digest(path)}" for name, path in project_files().items()
-    )
-    parts.append(f"project=[{sources}]")
-    values = jax.config.values
-    # bools, numbers, strings, None and enums: repr is exact
-    parts.extend(f"{name}={values[name]!r}" for name in _relevant_options(len(values)))
-    parts.extend(f"${name}={value!r}" for name, value in _variables())
-    return "\n".join(parts)
-
-
-@functools.cache
-def _relevant_options(count: int) -> tuple[str, ...]:
-    # keyed by the number of options: plugins may define more later
-    return tuple(sorted(n for n in jax.config.values if _relevant_config(n)))
-
-
-@functools.cache
-def _variables() -> tuple[tuple[str, str], ...]:
-    # JAX, XLA and equinox read them when they start: later changes do not
-    # take effect, so the values at the first call are the ones in force.
-    return tuple(sorted((k, v) for k, v in os.environ.items() if _relevant_variable(k)))
-
-
-def environment_fingerprint() -> str:
-    """A digest of what every traced program depends on besides its function.
-
-    Python, jax, jaxlib, PyTensor and numpy versions; this project's source
-    (:func:`project_files`); the JAX options that change traced programs
-    (``jax_enable_x64``, ...: all but caches, logging and source locations);
-    the default backend platform; and the environment variables JAX, XLA and
-    equinox read (``JAX_*``, ``XLA_FLAGS``, ``EQX_*``). Versions, variables
-    and the backend are read once; options and source files (by size and
-    modification time) at every call.
-
-    >>> environment_fingerprint() == environment_fingerprint()
-    True
-    """
-    return digest(describe_environment())

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import jax
 
+from pytensor.compile.jax_ofg_compat import jax_started
+
 
 __all__ = ["ForkedAfterJaxError", "jax_started", "refuse_call_after_fork"]
 
@@ -34,19 +36,6 @@ class ForkedAfterJaxError(jax.errors.JaxRuntimeError):
     JAX cannot run here. JAX islands pass it on as the program's own error
     instead of falling back to PyTensor, which would fail the same way.
     """
-
-
-def jax_started() -> bool:
-    """Whether this process has initialised a JAX backend (and its threads).
-
-    Building a graph with a wrapped function does (its shapes are traced), as
-    does any JAX computation. When JAX's private check has moved, assume it
-    has: a clear error in a forked child is better than a deadlock.
-    """
-    from jax._src import xla_bridge
-
-    started = getattr(xla_bridge, "backends_are_initialized", None)
-    return True if started is None else bool(started())
 
 
 def before_fork() -> None:

@@ -14,6 +14,8 @@ Registers nothing.
 
 from __future__ import annotations
 
+import copy
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -37,6 +39,9 @@ PROGRAMS = trace_cache.BoundedCache(64)
 
 HostFunction = Callable[..., list[np.ndarray]]
 
+#: The host functions ``perform`` calls, while their ops live.
+_PERFORMING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
 
 class JaxHostOp:
     """Mixin for ops computed by one jitted JAX function, called from the host.
@@ -47,6 +52,12 @@ class JaxHostOp:
     """
 
     output_types: Sequence[TensorType]
+
+    #: Per output: whether the host call hands it on as a private, writeable
+    #: copy (None: every output is copied). Set by the last rewrite,
+    #: ``jax_ofg_readonly_outputs`` (:meth:`with_copied_outputs`); part of
+    #: the op's identity, not of its program's.
+    copied_outputs: tuple[bool, ...] | None = None
 
     #: Positions of inputs passed to ``jax.jit`` as static Python integers, or
     #: tuples of them (lengths the XLA program needs as constants; a new value
@@ -70,6 +81,16 @@ class JaxHostOp:
         """How many calls of this op (and of ops equal to it) raised in this process."""
         return runtime_error_counts().get(str(self), 0)
 
+    def with_copied_outputs(self, copied: Sequence[bool] | None) -> JaxHostOp:
+        """This op, handing on only the outputs flagged in ``copied`` as copies."""
+        copied = None if copied is None or all(copied) else tuple(copied)
+        if copied == self.copied_outputs:
+            return self
+        op = copy.copy(self)
+        op.__dict__.pop("_hash", None)
+        op.copied_outputs = copied
+        return op
+
     @property
     def packing(self) -> DtypePacking:
         """How the outputs leave XLA: one buffer per dtype."""
@@ -90,7 +111,7 @@ class JaxHostOp:
             names = ", ".join(self.wrapped_function_names())
             trace_cache.uncached(names, "program", str(error))
             return self._new_program(None)
-        key = (self, op_print)
+        key = (self.with_copied_outputs(None), op_print)
         program = PROGRAMS.peek(key)
         if program is None or not program.is_current():
             program = self._new_program(op_print)
@@ -142,20 +163,20 @@ class JaxHostOp:
 
         return output_shapes
 
-    def host_function(self, writable: Sequence[bool] | None = None) -> HostFunction:
+    def host_function(self) -> HostFunction:
         """The jitted function on host arrays (thunks hold it for their lifetime).
 
         JAX buffers are read-only and may alias inputs or constants. Outputs
-        flagged in ``writable`` (default: all) are private, writeable copies,
-        for outputs that a downstream in-place op may write into or that the
-        compiled function returns; the others are read-only views of the
-        buffers JAX returned (see ``jax_ofg_readonly_outputs`` in
+        flagged in :attr:`copied_outputs` (default: all) are private, writeable
+        copies, for outputs that a downstream in-place op may write into or
+        that the compiled function returns; the others are read-only views of
+        the buffers JAX returned (see
         :mod:`pytensor.tensor.rewriting.jax_ofg_readonly_outputs`).
         """
         compiled = self.program
         program, packing = self._program(compiled), self.packing
         dtypes = [t.dtype for t in self.output_types]
-        copied = tuple(writable) if writable is not None else (True,) * len(dtypes)
+        copied = self.copied_outputs or (True,) * len(dtypes)
         output_shapes = self._shapes_of_outputs(compiled)
         static = all(None not in t.shape for t in self.output_types)
         static_plan = packing.plan(output_shapes(), dtypes) if static else None
@@ -216,15 +237,20 @@ class JaxHostOp:
 
     def host_call(self, *inputs: np.ndarray) -> list[np.ndarray]:
         """Run the op once on host arrays, returning writeable arrays."""
-        return self.host_function()(*inputs)
+        return self.with_copied_outputs(None).host_function()(*inputs)
 
     def perform(self, node: Apply, inputs: Sequence[Any], output_storage) -> None:
-        for storage, value in zip(output_storage, self.host_call(*inputs)):
+        # Per call: the host function is looked up once per op (and equal ops),
+        # as make_py_thunk's thunk does once per compiled function.
+        host_call = _PERFORMING.get(self)
+        if host_call is None:
+            host_call = _PERFORMING.setdefault(self, self.host_function())
+        for storage, value in zip(output_storage, host_call(*inputs)):
             storage[0] = value
 
     def make_py_thunk(self, node, storage_map, compute_map, no_recycling, debug=False):
         # As Op.make_py_thunk, with the host function looked up once, here.
-        host_call = self.host_function(writable_outputs(node))
+        host_call = self.host_function()
         inputs = [storage_map[v] for v in node.inputs]
         outputs = [storage_map[v] for v in node.outputs]
         computed = [compute_map[v] for v in node.outputs] if compute_map else []
@@ -241,18 +267,9 @@ class JaxHostOp:
         return thunk
 
 
-#: Where the rewrite ``jax_ofg_readonly_outputs`` notes, on a node, which of
-#: its outputs must be writeable.
-WRITABLE_TAG = "jax_ofg_writable"
-
-
 def writable_outputs(node: Apply) -> tuple[bool, ...]:
-    """Per output of ``node``: whether it must be a private, writeable array.
-
-    All of them unless the rewrite ``jax_ofg_readonly_outputs`` proved
-    otherwise for this node of the compiled graph.
-    """
-    return getattr(node.tag, WRITABLE_TAG, (True,) * len(node.outputs))
+    """Per output of a :class:`JaxHostOp` node: whether it is handed on as a copy."""
+    return node.op.copied_outputs or (True,) * len(node.outputs)
 
 
 def graph_holds_jax_ops(outputs: Iterable[Any]) -> bool:

@@ -25,7 +25,7 @@ import numpy as np
 
 import pytensor
 import pytensor.tensor as pt
-from pytensor.compile.builders import FinalizedOpFromGraph, construct_nominal_fgraph
+from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile.jax_ofg_errors import RaisedWhile, mark, raised_while
 from pytensor.compile.jax_ofg_host_op import JaxHostOp
 from pytensor.compile.jax_ofg_import_hooks import jax_backend
@@ -66,7 +66,7 @@ class JaxIslandFallbackWarning(UserWarning):
     """An island could not be traced by JAX and runs through PyTensor instead."""
 
 
-class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
+class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
     """A PyTensor subgraph holding wrapped JAX functions, run as one XLA program.
 
     Built by the ``jax_islands`` rewrite, never by hand. Its inner graph holds
@@ -92,7 +92,7 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
         outputs: Sequence[Variable],
         static_inputs: Sequence[int] = (),
     ):
-        inner = construct_nominal_fgraph(list(inputs), list(outputs))
+        inner = compat.nominal_fgraph(list(inputs), list(outputs))
         for name in _JAX_LOWERING_REWRITES:
             optdb[name].rewrite(inner)
         super().__init__(
@@ -101,10 +101,14 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
         self.static_inputs = tuple(static_inputs)
 
     def __eq__(self, other: object) -> bool:
-        return super().__eq__(other) and self.static_inputs == other.static_inputs
+        return (
+            super().__eq__(other)
+            and self.static_inputs == other.static_inputs
+            and self.copied_outputs == other.copied_outputs
+        )
 
     def __hash__(self) -> int:
-        return hash((super().__hash__(), self.static_inputs))
+        return hash((super().__hash__(), self.static_inputs, self.copied_outputs))
 
     # ----------------------------------------------------------- readability
     def wrapped_functions(self) -> list[str]:
@@ -212,9 +216,7 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
                 )
         return specialized
 
-    def host_function(
-        self, writable: Sequence[bool] | None = None
-    ) -> Callable[..., list[np.ndarray]]:
+    def host_function(self) -> Callable[..., list[np.ndarray]]:
         """As :meth:`JaxHostOp.host_function`, with a PyTensor fallback.
 
         PyTensor's JAX lowering cannot trace every graph it can build (shapes
@@ -224,7 +226,7 @@ class JaxIsland(JaxHostOp, FinalizedOpFromGraph):
         never wrong.
         """
         return self._falling_back(
-            lambda: JaxHostOp.host_function(self, writable), lambda outputs: outputs
+            lambda: JaxHostOp.host_function(self), lambda outputs: outputs
         )
 
     def buffers_function(self) -> Callable[..., tuple]:

@@ -118,7 +118,14 @@ class OpFromJax(JaxHostOp, Op):
 
     #: Everything that changes what the op computes or says: its identity, so
     #: equal ops merge and share their jitted function.
-    __props__ = ("fn", "input_types", "output_types", "output_dims", "traced_sizes")
+    __props__ = (
+        "fn",
+        "input_types",
+        "output_types",
+        "output_dims",
+        "traced_sizes",
+        "copied_outputs",
+    )
 
     def __init__(
         self,

@@ -21,11 +21,11 @@ from __future__ import annotations
 import functools
 import logging
 import multiprocessing
-import sys
 from collections.abc import Callable
-from types import FrameType, ModuleType
+from types import ModuleType
 from typing import Any
 
+from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile.jax_ofg_host_op import graph_holds_jax_ops
 from pytensor.compile.jax_ofg_import_hooks import after_import
 
@@ -61,26 +61,7 @@ def model_holds_jax_ops(model: Any) -> bool:
 # PyMC: a non-fork start method for models holding JAX ops
 # --------------------------------------------------------------------------
 
-#: The modules whose sampling functions choose PyMC's start method, through
-#: the function :data:`_PYMC_CHOOSER` they import from ``pymc.sampling.parallel``.
-PYMC_SAMPLING_MODULES = ("pymc.sampling.mcmc", "pymc.smc.sampling")
-_PYMC_CHOOSER = "_initialize_multiprocessing_context"
-
 _log = logging.getLogger(__name__)
-
-
-def _sampled_model(caller: FrameType | None) -> Any:
-    """The model that ``pm.sample`` / ``pm.sample_smc`` (the caller) is sampling.
-
-    Both resolve their ``model`` argument into a local of that name before
-    choosing the start method; outside them, the model on the context stack.
-    """
-    from pymc.model.core import Model
-
-    model = caller.f_locals.get("model") if caller is not None else None
-    if isinstance(model, Model):
-        return model
-    return Model.get_context(error_if_none=False)
 
 
 def _choosing_safe_start_method(choose: Callable) -> Callable:
@@ -96,9 +77,9 @@ def _choosing_safe_start_method(choose: Callable) -> Callable:
         context = choose(mp_ctx, *args, **kwargs)
         if mp_ctx is not None or context.get_start_method() != "fork":
             return context
-        caller = sys._getframe(1)
+        caller = compat.caller_frame(1)
         try:
-            model = _sampled_model(caller)
+            model = compat.sampled_model(caller)
         finally:
             del caller
         if model is None or not model_holds_jax_ops(model):
@@ -112,25 +93,24 @@ def _choosing_safe_start_method(choose: Callable) -> Callable:
         )
         return multiprocessing.get_context(SAFE_START_METHOD)
 
-    initialize_multiprocessing_context.chooses_safe_start_method = True
     return initialize_multiprocessing_context
 
 
 def patch_pymc_module(module: ModuleType) -> bool:
-    """Install the start-method choice in one of :data:`PYMC_SAMPLING_MODULES`.
+    """Install the start-method choice in one of PyMC's sampling modules.
 
     Returns whether it is installed; ``False`` when PyMC no longer has the
     function it wraps there (nothing is changed then).
     """
-    choose = getattr(module, _PYMC_CHOOSER, None)
-    if not callable(choose):
-        return False
-    if not getattr(choose, "chooses_safe_start_method", False):
-        setattr(module, _PYMC_CHOOSER, _choosing_safe_start_method(choose))
-    return True
+    return compat.patch_method(
+        module,
+        compat.PYMC_START_METHOD_CHOOSER,
+        "chooses_safe_start_method",
+        _choosing_safe_start_method,
+    )
 
 
 def install_pymc_start_method_choice() -> None:
     """Patch PyMC's sampling modules now, or when they are imported."""
-    for name in PYMC_SAMPLING_MODULES:
+    for name in compat.PYMC_SAMPLING_MODULES:
         after_import(name, patch_pymc_module)

@@ -40,6 +40,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from pytensor.compile import jax_ofg_compat as compat
+
 
 __all__ = ["ReadLog", "Reads", "ignored", "install", "note", "recording"]
 
@@ -183,7 +185,7 @@ def _note_environment(environ: Any, name: Any, value: Any) -> None:
 
 
 def _install_environment_notes() -> None:
-    environ_class = type(os.environ)
+    environ_class = compat.environ_class()
     if getattr(environ_class, "_jax_ofg_noted", False):
         return
     getitem, iterate = environ_class.__getitem__, environ_class.__iter__

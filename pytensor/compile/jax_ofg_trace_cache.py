@@ -55,11 +55,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pytensor import config
+from pytensor.compile.jax_ofg_environment import environment_fingerprint
 from pytensor.compile.jax_ofg_fingerprints import (
     Undescribable,
     describe_or_raise,
     digest,
-    environment_fingerprint,
 )
 from pytensor.compile.jax_ofg_reads import Reads, note, recording
 from pytensor.configparser import ConfigParam

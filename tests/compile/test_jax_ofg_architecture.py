@@ -10,24 +10,18 @@
 import ast
 import json
 import re
-from pathlib import Path
 
+from _checkout import ROOT, module_files
 from _fresh_process import run_script
 
 
-CHECKOUT = Path(__file__).resolve().parents[2]
+CHECKOUT = ROOT
 FACADE = "pytensor.compile.jax_ofg"
 JAX_DISPATCH = "pytensor.link.jax.dispatch.jax_ofg"
 
 
-def _module_name(path: Path) -> str:
-    return ".".join(path.relative_to(CHECKOUT).with_suffix("").parts)
-
-
 #: Every module of the package, by dotted name.
-MODULES = {
-    _module_name(path): path for path in (CHECKOUT / "pytensor").rglob("jax_ofg*.py")
-}
+MODULES = module_files()
 
 
 def _own_imports(tree: ast.AST) -> list[tuple[ast.AST, str]]:

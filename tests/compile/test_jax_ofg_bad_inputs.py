@@ -12,18 +12,15 @@ the gradient ops, callbacks, checkify).
 """
 
 import copy
-import subprocess
-import sys
-import textwrap
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _fresh_process import run_script
 from _linkers import compile_function, jax_op_nodes, without_islands
 from jax.experimental import checkify
 
@@ -34,8 +31,6 @@ from pytensor.compile.jax_ofg_functions import OutputStructureError
 
 
 RNG = np.random.default_rng(20260701)
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
 INVALID_ARGUMENT = "Invalid argument to PyTensor function at index 0."
 NOT_A_TENSOR = (
     r"SymbolicCallable\(line\) is a function, not a tensor: it cannot be used in "
@@ -583,24 +578,9 @@ for kind in ("list", "dict"):
 """
 
 
-def run_in_fresh_process(code: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a new interpreter that imports this checkout's modules."""
-    prelude = f"""
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("checkout", {str(ROOT / "conftest.py")!r})
-spec.loader.exec_module(importlib.util.module_from_spec(spec))
-sys.path.insert(0, {str(HERE)!r})
-"""
-    return subprocess.run(
-        [sys.executable, "-c", prelude + textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-def test_pytree_deeper_than_the_recursion_limit_is_a_clear_error():
-    result = run_in_fresh_process(DEEP_SCRIPT.replace("DEPTH", "5000"))
+def test_pytree_deeper_than_the_recursion_limit_is_a_clear_error(tmp_path):
+    script = DEEP_SCRIPT.replace("DEPTH", "5000")
+    result = run_script(script, tmp_path, timeout=600, check=False)
     lines = result.stdout.splitlines()
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Exception ignored" not in result.stderr, result.stderr[-2000:]

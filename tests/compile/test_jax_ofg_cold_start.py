@@ -7,15 +7,13 @@ measured by ``benchmarks/cold_start.py``, not asserted.
 """
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _fresh_process import run_script, start_python
 
 import pytensor
 import pytensor.tensor as pt
@@ -24,12 +22,8 @@ from pytensor.compile.mode import get_mode
 from pytensor.link.numba.dispatch import jax_ofg as numba_dispatch
 
 
-ROOT = Path(__file__).resolve().parents[2]
-
-PRELUDE = f"""
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("checkout", {str(ROOT / "conftest.py")!r})
-spec.loader.exec_module(importlib.util.module_from_spec(spec))
+PRELUDE = """
+import json
 from collections import Counter
 import jax
 events = Counter()
@@ -80,20 +74,9 @@ def path(x):
 
 def run(code: str, compiledir: Path, *, env: dict | None = None, cwd=None):
     """Run ``code`` in a fresh interpreter; the JSON it prints, parsed."""
-    result = subprocess.run(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-        env={
-            **os.environ,
-            "PYTENSOR_FLAGS": f"base_compiledir={compiledir}",
-            "PYTHONPATH": str(cwd or ""),
-            **(env or {}),
-        },
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    env = {"PYTENSOR_FLAGS": f"base_compiledir={compiledir}", **(env or {})}
+    folder = cwd or compiledir.parent
+    result = run_script(PRELUDE + textwrap.dedent(code), folder, env=env)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -145,23 +128,8 @@ def test_an_edited_function_gives_the_new_result(tmp_path):
 def test_two_processes_starting_at_once_share_one_cache(tmp_path):
     write_module(tmp_path, 2.0)
     code = PRELUDE + textwrap.dedent(GRAPHS.format(module="cold_model"))
-    env = {
-        **os.environ,
-        "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'cache'}",
-        "PYTHONPATH": str(tmp_path),
-        **EVERY_PROGRAM,
-    }
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=tmp_path,
-            env=env,
-        )
-        for _ in range(2)
-    ]
+    env = {"PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'cache'}", **EVERY_PROGRAM}
+    workers = [start_python(["-c", code], tmp_path, env=env) for _ in range(2)]
     value, path = expected(2.0)
     for worker in workers:
         out, err = worker.communicate(timeout=600)
@@ -231,7 +199,8 @@ def scaled_by_object(factor: Factor):
 
 def numba_key_of(f) -> str:
     (node,) = f.maker.fgraph.apply_nodes
-    return node.tag.jax_ofg_registry_key
+    (key,) = numba_dispatch.registry_keys(node.op)
+    return key
 
 
 def test_two_closures_of_one_name_never_share_a_registry_key():

@@ -1,16 +1,279 @@
-"""The PyTensor and JAX internals this project relies on, pinned.
+"""The PyTensor, PyMC, JAX and equinox internals this project relies on, pinned.
 
 Each is also exercised by a behavioural test; these fail first, with a
 message naming the internal, when a new release moves or changes one.
 """
 
-import inspect
+import re
 from importlib.metadata import requires, version
+from typing import Any
 
 import jax
+import pytest
+from _checkout import module_files
 from packaging.requirements import Requirement
 
-from pytensor.compile.jax_ofg import OpFromJax
+from pytensor.compile import jax_ofg  # noqa: F401  (installs what the entries check)
+from pytensor.compile import jax_ofg_compat as compat
+
+
+def _check_method(path: str, cls: type, name: str, parameters: list[str]) -> None:
+    import inspect
+
+    method = getattr(cls, name, None)
+    method = getattr(method, "__wrapped__", method)
+    _require(callable(method), path, "is gone")
+    found = list(inspect.signature(method).parameters)
+    _require(found == parameters, path, f"takes {found}, not {parameters}")
+
+
+def _require(condition: bool, name: str, what: str) -> None:
+    if not condition:
+        raise MovedInternal(f"{name}: {what} ({compat.CHECKED} were checked)")
+
+
+class MovedInternal(RuntimeError):
+    """A private API this package relies on is not where it was."""
+
+
+def _check_pytree_registry() -> None:
+    import jax
+
+    class Pair:
+        pass
+
+    jax.tree_util.register_pytree_node(Pair, lambda p: ((), None), lambda a, c: Pair())
+    _require(
+        compat.pytree_registration(Pair) is not None
+        and compat.pytree_registration(int) is None,
+        "jax._src.tree_util._registry",
+        "no longer maps registered classes to their registration",
+    )
+
+
+def _check_jit_info() -> None:
+    import jax
+
+    def f(x):
+        return x
+
+    found = compat.jitted_function(jax.jit(f, static_argnums=0))
+    _require(
+        found is not None and found[0] is f and hasattr(found[1], "static_argnums"),
+        "jax.jit(f)._jit_info",
+        "jitted functions no longer carry their options there",
+    )
+
+
+def _check_jax_started() -> None:
+    from jax._src import xla_bridge
+
+    _require(
+        callable(getattr(xla_bridge, "backends_are_initialized", None)),
+        "jax._src.xla_bridge.backends_are_initialized",
+        "is gone",
+    )
+
+
+def _check_runtime_error_message() -> None:
+    import jax
+
+    error = jax.errors.JaxRuntimeError("boom")
+    compat.prepend_to_runtime_error(error, "first")
+    _require(
+        str(error).startswith("first"),
+        "JaxRuntimeError._error_message",
+        "no longer makes the error's message",
+    )
+
+
+def _check_callback_logger() -> None:
+    import jax._src.callback as callback
+
+    _require(
+        getattr(getattr(callback, "logger", None), "name", None)
+        == compat.CALLBACK_LOGGER,
+        compat.CALLBACK_LOGGER,
+        "JAX logs failed callbacks elsewhere",
+    )
+
+
+def _check_equinox_check() -> None:
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    jaxpr = jax.make_jaxpr(lambda x: eqx.error_if(x, x < 0, "negative"))(jnp.ones(1))
+    kinds = set()
+
+    def walk(inner: Any) -> None:
+        for equation in inner.eqns:
+            if "callback" in equation.primitive.name:
+                kinds.add(compat.equinox_check(equation.params.get("callback")))
+            for value in equation.params.values():
+                for item in value if isinstance(value, tuple | list) else (value,):
+                    sub = getattr(item, "jaxpr", item)
+                    if hasattr(sub, "eqns"):
+                        walk(sub)
+
+    walk(jaxpr.jaxpr)
+    _require(
+        "raises" in kinds,
+        "equinox._errors._error",
+        f"eqx.error_if's callbacks are not recognised (found {kinds})",
+    )
+
+
+def _check_equinox_implementation() -> None:
+    import equinox.internal as eqxi
+
+    rules = getattr(eqxi, "primitive_finalisations", None)
+    _require(
+        isinstance(rules, dict)
+        and any(compat.equinox_implementation(p) is not None for p in rules),
+        "equinox.internal.primitive_finalisations",
+        "no primitive has an _impl_finalisation rule",
+    )
+
+
+def _check_op_from_graph() -> None:
+    import pytensor.tensor as pt
+    from pytensor.graph.fg import FunctionGraph
+
+    x = pt.vector("x")
+    inner = compat.nominal_fgraph([x], [x * 2])
+    _require(
+        isinstance(inner, FunctionGraph)
+        and isinstance(compat.op_from_graph_base(), type),
+        "pytensor.compile.builders",
+        "construct_nominal_fgraph no longer returns a FunctionGraph",
+    )
+
+
+def _check_ancestor_bitsets() -> None:
+    import pytensor.tensor as pt
+    from pytensor.graph.fg import FunctionGraph
+
+    x = pt.vector("x")
+    fgraph = FunctionGraph([x], [pt.exp(pt.sin(x))], clone=False)
+    nodes = fgraph.toposort()
+    ancestors, _ = compat.ancestor_bitsets(fgraph, nodes)
+    _require(
+        all(isinstance(ancestors.get(n), int) for n in nodes),
+        "compat.ancestor_bitsets",
+        "no longer returns one bitset per node first",
+    )
+
+
+def _check_dispatchers() -> None:
+    from pytensor.graph.replace import _vectorize_node
+    from pytensor.tensor.basic import _as_tensor_variable
+
+    _require(
+        hasattr(_vectorize_node, "register")
+        and hasattr(_as_tensor_variable, "register"),
+        "pytensor._vectorize_node/_as_tensor_variable",
+        "are no longer singledispatch functions",
+    )
+
+
+def _check_numba_thunks() -> None:
+    from pytensor.link.numba.linker import NumbaLinker
+
+    parameters = ["self", "compute_map", "order", "input_storage"]
+    parameters += ["output_storage", "storage_map"]
+    _check_method(
+        "NumbaLinker.create_jitable_thunk",
+        NumbaLinker,
+        "create_jitable_thunk",
+        parameters,
+    )
+
+
+def _check_jax_jit_compile() -> None:
+    from pytensor.link.jax.linker import JAXLinker
+
+    _check_method("JAXLinker.jit_compile", JAXLinker, "jit_compile", ["self", "fn"])
+
+
+def _check_pymc_start_method() -> None:
+    import importlib
+    import inspect
+
+    for module_name in compat.PYMC_SAMPLING_MODULES:
+        module = importlib.import_module(module_name)
+        chooser = getattr(module, compat.PYMC_START_METHOD_CHOOSER, None)
+        _require(
+            callable(chooser),
+            f"{module_name}.{compat.PYMC_START_METHOD_CHOOSER}",
+            "gone",
+        )
+        caller = module.sample if module_name.endswith("mcmc") else module.sample_smc
+        source = inspect.getsource(caller)
+        _require(
+            compat.PYMC_START_METHOD_CHOOSER in source
+            and "model = modelcontext(" in source,
+            f"{module_name}: {caller.__name__}",
+            "no longer resolves `model` before choosing the start method",
+        )
+
+
+def _check_environ() -> None:
+    cls = compat.environ_class()
+    _require(
+        cls is not dict and hasattr(cls, "__getitem__") and hasattr(cls, "__iter__"),
+        "os._Environ",
+        "os.environ is no longer its own mapping class",
+    )
+
+
+#: The check of each entry of ``jax_ofg_compat.ENTRIES``.
+CHECKS = {
+    "jax._src.tree_util._registry": _check_pytree_registry,
+    "jax.jit(f)._jit_info": _check_jit_info,
+    "jax._src.xla_bridge.backends_are_initialized": _check_jax_started,
+    "JaxRuntimeError._error_message": _check_runtime_error_message,
+    "jax._src.callback (logger)": _check_callback_logger,
+    "equinox._errors._error.<locals>.raises/tpu_msg": _check_equinox_check,
+    "equinox.internal.primitive_finalisations": _check_equinox_implementation,
+    "pytensor.compile.builders.(FinalizedOpFromGraph, construct_nominal_fgraph)": _check_op_from_graph,
+    "pytensor.graph.rewriting.reachability.ancestor_bitsets": _check_ancestor_bitsets,
+    "pytensor (_vectorize_node, _as_tensor_variable)": _check_dispatchers,
+    "NumbaLinker.create_jitable_thunk": _check_numba_thunks,
+    "JAXLinker.jit_compile": _check_jax_jit_compile,
+    "pymc: _initialize_multiprocessing_context and its callers' `model`": _check_pymc_start_method,
+    "os._Environ.__getitem__/__iter__": _check_environ,
+}
+
+
+def test_every_private_api_has_a_check():
+    assert set(CHECKS) == set(compat.ENTRIES)
+
+
+@pytest.mark.parametrize("name", sorted(compat.ENTRIES))
+def test_private_api_is_where_it_was(name):
+    CHECKS[name]()
+
+
+#: How private APIs look in source: a private module of a library, a private
+#: name imported from one, or the specific attributes and helpers in ENTRIES.
+PRIVATE_USE = re.compile(
+    r"jax\._src|sys\._getframe|_jit_info|_error_message|FinalizedOpFromGraph"
+    r"|construct_nominal_fgraph|reachability import|_vectorize_node\.register"
+    r"|_as_tensor_variable\.register|equinox\.internal|type\(os\.environ\)"
+    r"|\.create_jitable_thunk =|\.jit_compile ="
+)
+
+
+def test_private_apis_are_used_only_through_the_compat_module():
+    found = [
+        f"{path.name}:{number}: {line.strip()}"
+        for name, path in module_files().items()
+        if not name.endswith("jax_ofg_compat")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if PRIVATE_USE.search(line.split("#")[0]) and "``" not in line
+    ]
+    assert not found, "private APIs used outside jax_ofg_compat:\n" + "\n".join(found)
 
 
 def test_installed_versions_are_in_the_claimed_ranges():
@@ -21,38 +284,6 @@ def test_installed_versions_are_in_the_claimed_ranges():
     }
     for name in ("pytensor", "jax", "jaxlib", "numpy"):
         assert version(name) in claimed[name], (name, version(name), claimed[name])
-
-
-def test_private_pytensor_dispatchers_exist():
-    from pytensor.graph.replace import _vectorize_node
-    from pytensor.tensor.basic import _as_tensor_variable
-
-    # singledispatch functions we register OpFromJax / SymbolicCallable with
-    assert OpFromJax in _vectorize_node.registry
-    from pytensor.compile.jax_ofg import SymbolicCallable
-
-    assert SymbolicCallable in _as_tensor_variable.registry
-
-
-def test_blockwise_fallback_and_numba_registration_signatures():
-    from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-    from pytensor.tensor.blockwise import vectorize_node_fallback
-
-    assert list(inspect.signature(vectorize_node_fallback).parameters)[:2] == [
-        "op",
-        "node",
-    ]
-    assert callable(register_funcify_and_cache_key)
-
-
-def test_py_thunk_protocol():
-    """OpFromJax.make_py_thunk mirrors Op.make_py_thunk's signature."""
-    from pytensor.graph.op import Op, is_thunk_type
-
-    ours = inspect.signature(OpFromJax.make_py_thunk)
-    theirs = inspect.signature(Op.make_py_thunk)
-    assert list(ours.parameters) == list(theirs.parameters)
-    assert callable(is_thunk_type)
 
 
 def test_rewrite_positions_in_optdb():

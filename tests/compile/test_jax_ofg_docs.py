@@ -2,22 +2,19 @@
 
 import doctest
 import importlib
-from pathlib import Path
 
 import pytest
+from _checkout import ROOT, module_files
 
 import pytensor.compile.jax_ofg  # noqa: F401 (installs the package first)
 
 
-CHECKOUT = Path(__file__).resolve().parents[2]
+CHECKOUT = ROOT
 DOC = CHECKOUT / "doc" / "library" / "jax_ofg.rst"
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 #: Every module of the package, by dotted name.
-MODULES = sorted(
-    ".".join(path.relative_to(CHECKOUT).with_suffix("").parts)
-    for path in (CHECKOUT / "pytensor").rglob("jax_ofg*.py")
-)
+MODULES = list(module_files())
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -27,14 +27,14 @@ from _fresh_process import run_script
 
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
+from pytensor.compile.jax_ofg_code_origin import module_kind
+from pytensor.compile.jax_ofg_environment import environment_fingerprint
 from pytensor.compile.jax_ofg_fingerprints import (
     Undescribable,
     describe,
     describe_or_raise,
     digest,
-    environment_fingerprint,
     fingerprint,
-    module_kind,
     stable_key,
 )
 from pytensor.compile.jax_ofg_functions import INPUT, FlatJaxFunction, Static
@@ -236,9 +236,8 @@ def test_equal_in_fresh_processes_until_a_helper_changes(tmp_path):  # (i) and (
         import json
         import diffrax
         import jax.numpy as jnp
-        from pytensor.compile.jax_ofg_fingerprints import (
-            environment_fingerprint, fingerprint,
-        )
+        from pytensor.compile.jax_ofg_environment import environment_fingerprint
+        from pytensor.compile.jax_ofg_fingerprints import fingerprint
         import helpers
 
         TS = jnp.linspace(0.0, 1.0, 5)
@@ -296,7 +295,8 @@ def test_a_library_is_described_by_its_version(tmp_path):  # (g)
         import json, sys
         sys.path.insert(0, {str(site)!r})
         import fakelib
-        from pytensor.compile.jax_ofg_fingerprints import fingerprint, module_kind
+        from pytensor.compile.jax_ofg_code_origin import module_kind
+        from pytensor.compile.jax_ofg_fingerprints import fingerprint
 
         def f(x):
             return fakelib.scale(x)
@@ -502,7 +502,7 @@ def test_the_environment_in_fresh_processes(tmp_path):  # (h)
         import sys
         import jax
         jax.config.update("jax_enable_x64", sys.argv[-1] == "on")
-        from pytensor.compile.jax_ofg_fingerprints import environment_fingerprint
+        from pytensor.compile.jax_ofg_environment import environment_fingerprint
         print(environment_fingerprint())
     """
     (tmp_path / "env.py").write_text(textwrap.dedent(script))

@@ -50,8 +50,8 @@ def test_read_only_views_and_writeable_copies():
     x = pt.vector("x", shape=(3,))
     op = mixed(x)["sin"].owner.op
     xv = np.array([0.5, -1.0, 2.0])
-    views = op.host_function(writable=(False,) * 4)(xv)
-    copies = op.host_function(writable=(True,) * 4)(xv)
+    views = op.with_copied_outputs((False,) * 4).host_function()(xv)
+    copies = op.with_copied_outputs((True,) * 4).host_function()(xv)
     assert not any(v.flags.writeable for v in views)
     assert all(c.flags.writeable and c.flags.owndata for c in copies)
     for view, copy in zip(views, copies):

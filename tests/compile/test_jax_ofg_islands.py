@@ -17,10 +17,10 @@ import numpy as np
 import nutpie
 import pymc as pm
 import pytest
+from _fresh_process import run_script
 from _linkers import compile_function, jax_op_nodes, without_islands
 from _scripts import EXAMPLES, imported_scripts
 from test_jax_ofg_fusion import BodyCounter
-from test_jax_ofg_pickle import run_in_fresh_process
 
 import pytensor
 import pytensor.tensor as pt
@@ -593,7 +593,7 @@ def test_a_compiled_function_with_an_island_runs_in_a_fresh_process(tmp_path):
     (tmp_path / "f.pkl").write_bytes(pickle.dumps(f))
     np.save(tmp_path / "expected.npy", np.concatenate([[value], gradient]))
     np.save(tmp_path / "x.npy", x)
-    run_in_fresh_process(f"""
+    run_script(f"""
         import pickle
         import numpy as np
         folder = {str(tmp_path)!r}

@@ -7,13 +7,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+from _checkout import ROOT, module_files
 
-CHECKOUT = Path(__file__).resolve().parents[2]
+
+CHECKOUT = ROOT
 #: Every module of the package in the checkout: the wheel must ship exactly these.
-MODULES = sorted(
-    str(path.relative_to(CHECKOUT))
-    for path in (CHECKOUT / "pytensor").rglob("jax_ofg*.py")
-)
+MODULES = [str(path.relative_to(ROOT)) for path in module_files().values()]
 
 
 def test_tests_import_the_checkout():

@@ -1,8 +1,6 @@
 """Pickling: graphs and compiled functions unpickle and run in a fresh process."""
 
 import pickle
-import tempfile
-from pathlib import Path
 
 import _jax_ofg_models as models
 import cloudpickle
@@ -15,16 +13,6 @@ from _linkers import LINKER_MODES, compile_function
 
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import as_jax_op
-
-
-def run_in_fresh_process(code: str) -> None:
-    """Run ``code`` in a new interpreter that imports this checkout's modules.
-
-    As a script file (see :func:`_fresh_process.run_script`), so that spawn
-    and forkserver workers import the checkout's modules too.
-    """
-    with tempfile.TemporaryDirectory() as folder:
-        run_script(code, Path(folder))
 
 
 def reference_cost(x, t):
@@ -57,7 +45,7 @@ def test_graphs_and_compiled_functions_unpickle_in_a_fresh_process(tmp_path):
     (tmp_path / "functions.pkl").write_bytes(pickle.dumps(functions))
     (tmp_path / "graph.pkl").write_bytes(pickle.dumps((inputs, outputs)))
 
-    run_in_fresh_process(f"""
+    run_script(f"""
         import pickle
         import numpy as np
         import pytensor
@@ -99,7 +87,7 @@ def test_closures_and_lambdas_unpickle_with_cloudpickle(tmp_path):
     f = compile_function([x], [cost, pt.grad(cost, x)], None)
     (tmp_path / "f.pkl").write_bytes(cloudpickle.dumps(f))
 
-    run_in_fresh_process(f"""
+    run_script(f"""
         import cloudpickle
         import numpy as np
         with open({str(tmp_path / "f.pkl")!r}, "rb") as file:
@@ -162,7 +150,7 @@ def test_compiled_function_in_worker_processes(start_method, tmp_path):
     cost = out["total"] + out["power"].sum()
     f = compile_function([x], [cost, pt.grad(cost, x)], None)
     (tmp_path / "f.pkl").write_bytes(pickle.dumps(f))
-    run_in_fresh_process(f"""
+    run_script(f"""
         import multiprocessing, pickle
         import numpy as np
         import test_jax_ofg_pickle as here

@@ -23,13 +23,10 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.jax_ofg import as_jax_op
+from pytensor.compile.jax_ofg_compat import PYMC_SAMPLING_MODULES
 from pytensor.compile.jax_ofg_fork_guard import ForkedAfterJaxError
 from pytensor.compile.jax_ofg_host_op import graph_holds_jax_ops
-from pytensor.compile.jax_ofg_pymc import (
-    PYMC_SAMPLING_MODULES,
-    SAFE_START_METHOD,
-    model_holds_jax_ops,
-)
+from pytensor.compile.jax_ofg_pymc import SAFE_START_METHOD, model_holds_jax_ops
 from pytensor.link.jax.dispatch.jax_ofg import ForkCheckedFunction
 from pytensor.link.jax.linker import JAXLinker
 

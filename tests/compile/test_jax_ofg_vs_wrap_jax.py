@@ -4,14 +4,13 @@ Each test states what ``as_jax_op`` does and what PyTensor's built-in wrapper
 (3.3.x) does on the same input, so the README table cannot drift from the truth.
 """
 
-import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _fresh_process import run_script
 
 import pytensor
 import pytensor.tensor as pt
@@ -80,14 +79,9 @@ def test_jax_arrays_in_outputs_are_copied_by_both():
 
 
 FRESH_PROCESS = """
-import importlib.util, sys
 import pytensor, pytensor.tensor as pt
 x = pt.dvector("x", shape=(3,))
-if sys.argv[2] == "ours":
-    # The checkout's modules (its conftest imports PyTensor's JAX backend,
-    # which our package imports anyway).
-    spec = importlib.util.spec_from_file_location("checkout", sys.argv[1])
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+if {which!r} == "ours":
     from pytensor.compile.jax_ofg import as_jax_op as wrap
 else:
     wrap = pytensor.wrap_jax
@@ -98,14 +92,7 @@ print(wrap(lambda x: x * 2)(x).type.dtype)
 @pytest.mark.parametrize("which, dtype", [("ours", "float64"), ("wrap_jax", "float32")])
 def test_float64_in_a_fresh_process(which, dtype, tmp_path):
     """Before PyTensor's JAX backend is imported, wrap_jax narrows float64."""
-    checkout_conftest = str(Path(__file__).resolve().parents[2] / "conftest.py")
-    result = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, checkout_conftest, which],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=True,
-    )
+    result = run_script(FRESH_PROCESS.format(which=which), tmp_path, timeout=300)
     assert result.stdout.split()[-1] == dtype
 
 

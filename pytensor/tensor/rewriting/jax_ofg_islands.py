@@ -46,6 +46,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 
 import pytensor.tensor as pt
+from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile import jax_ofg_trace_cache as trace_cache
 from pytensor.compile.jax_ofg_dims import evaluate_values, is_fixed
 from pytensor.compile.jax_ofg_import_hooks import jax_backend
@@ -56,7 +57,6 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, get_active_mode
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
-from pytensor.graph.rewriting.reachability import ancestor_bitsets
 from pytensor.link.jax.linker import JAXLinker
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.random.op import RandomVariable
@@ -195,7 +195,7 @@ def find_islands(
 
     Returns the islands of two nodes or more, each in topological order.
     """
-    ancestors_of, _ = ancestor_bitsets(fgraph, nodes)
+    ancestors_of, _ = compat.ancestor_bitsets(fgraph, nodes)
     joinable = list(can_join)
     position = {node: i for i, node in enumerate(nodes)}
     # Reachability, each set including its node.

@@ -2,9 +2,10 @@
 
 JAX returns read-only buffers; copying every output costs time on every
 call. After all other rewrites (in-place ones included), :class:`ReadOnlyOutputs`
-notes on each :class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp` node which
-outputs must be private, writeable copies (:func:`writable_flags`); the host
-call hands on the others as read-only views.
+gives each :class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp` node the op
+that copies only the outputs that must be private, writeable copies
+(:func:`writable_flags`, the op's ``copied_outputs``); the host call hands on
+the others as read-only views.
 
 Registered by :func:`pytensor.compile.jax_ofg.install`: :class:`ReadOnlyOutputs`
 in ``optdb`` as ``jax_ofg_readonly_outputs``.
@@ -13,7 +14,7 @@ in ``optdb`` as ``jax_ofg_readonly_outputs``.
 from __future__ import annotations
 
 from pytensor.compile.aliasing import alias_root, view_tree_set
-from pytensor.compile.jax_ofg_host_op import WRITABLE_TAG, JaxHostOp
+from pytensor.compile.jax_ofg_host_op import JaxHostOp
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import Output
 from pytensor.graph.rewriting.basic import GraphRewriter
@@ -56,16 +57,22 @@ def writable_flags(fgraph, node: Apply) -> tuple[bool, ...]:
 
 
 class ReadOnlyOutputs(GraphRewriter):
-    """Note which outputs of host-called JAX ops must be writeable copies.
+    """Copy out of JAX only the outputs that may be written.
 
-    JAX returns read-only buffers; copying every output costs time on every
-    call. After all other rewrites (in-place ones included), each
+    After all other rewrites (in-place ones included), each
     :class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp` node of the compiled
-    graph gets ``node.tag.jax_ofg_writable`` (:func:`writable_flags`); its
+    graph whose outputs need not all be writeable copies is replaced by the
+    same computation with ``copied_outputs`` set (:func:`writable_flags`); its
     other outputs are handed on as read-only views.
     """
 
     def apply(self, fgraph) -> None:
-        for node in fgraph.apply_nodes:
-            if isinstance(node.op, JaxHostOp):
-                setattr(node.tag, WRITABLE_TAG, writable_flags(fgraph, node))
+        nodes = [n for n in fgraph.toposort() if isinstance(n.op, JaxHostOp)]
+        flags = [writable_flags(fgraph, node) for node in nodes]
+        for node, copied in zip(nodes, flags):
+            op = node.op.with_copied_outputs(copied)
+            if op is not node.op:
+                outputs = op.make_node(*node.inputs).outputs
+                fgraph.replace_all(
+                    list(zip(node.outputs, outputs)), reason="jax_ofg_readonly_outputs"
+                )

@@ -31,6 +31,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile import jax_ofg_fork_guard
 from pytensor.compile.jax_ofg_errors import RaisedWhile, mark, report
 from pytensor.compile.jax_ofg_host_op import graph_holds_jax_ops, wrapped_functions_in
@@ -163,20 +164,18 @@ def install_jax_linker_check() -> bool:
     """
     from pytensor.link.jax.linker import JAXLinker
 
-    jit_compile = getattr(JAXLinker, "jit_compile", None)
-    if not callable(jit_compile):
-        return False
-    if getattr(jit_compile, "checks_forked_processes", False):
-        return True
+    def wrap(jit_compile: Callable) -> Callable:
+        @functools.wraps(jit_compile)
+        def checked_jit_compile(self, fn):
+            compiled = jit_compile(self, fn)
+            fgraph = getattr(self, "fgraph", None)
+            if fgraph is not None and graph_holds_jax_ops(fgraph.outputs):
+                functions = wrapped_functions_in(fgraph.outputs)
+                return ForkCheckedFunction(compiled, functions)
+            return compiled
 
-    @functools.wraps(jit_compile)
-    def checked_jit_compile(self, fn):
-        compiled = jit_compile(self, fn)
-        fgraph = getattr(self, "fgraph", None)
-        if fgraph is not None and graph_holds_jax_ops(fgraph.outputs):
-            return ForkCheckedFunction(compiled, wrapped_functions_in(fgraph.outputs))
-        return compiled
+        return checked_jit_compile
 
-    checked_jit_compile.checks_forked_processes = True
-    JAXLinker.jit_compile = checked_jit_compile
-    return True
+    return compat.patch_method(
+        JAXLinker, "jit_compile", "checks_forked_processes", wrap
+    )

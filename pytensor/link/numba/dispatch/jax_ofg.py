@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile.jax_ofg_fingerprints import digest, stable_key
 from pytensor.compile.jax_ofg_host_op import JaxHostOp, writable_outputs
 from pytensor.link.numba.cache import compile_numba_function_src
@@ -50,6 +51,7 @@ __all__ = [
     "call_host_function",
     "install_direct_host_thunk",
     "numba_funcify_JaxHostOp",
+    "registry_keys",
 ]
 
 
@@ -70,6 +72,9 @@ _LOCK = threading.Lock()
 def register(op: JaxHostOp, writable: tuple[bool, ...], host: Callable) -> str:
     """The registry key for ``op`` (with its ``writable`` outputs), now serving ``host``.
 
+    The entry lives while one of its hosts does: the registry keeps no op of a
+    garbage-collected function alive.
+
     The key is derived from :func:`~pytensor.compile.jax_ofg_fingerprints.stable_key`,
     so the same op gets it in every process; a different op that happens to
     describe the same gets the next free suffix. ``host`` is held weakly: the
@@ -85,8 +90,28 @@ def register(op: JaxHostOp, writable: tuple[bool, ...], host: Callable) -> str:
             if entry.op == op and entry.writable == writable:
                 entry.hosts.add(host)
                 entry.latest = weakref.ref(host)
+                weakref.finalize(host, _release, key)
                 return key
     raise AssertionError("unreachable: a free suffix always exists")
+
+
+def _release(key: str) -> None:
+    """Forget ``key`` (its op and its bodies' globals) once no live host serves it."""
+    with _LOCK:
+        entry = _REGISTRY.get(key)
+        if entry is None or any(True for _ in entry.hosts):
+            return
+        del _REGISTRY[key]
+        prefix = f"{_BODY_PREFIX}{key}_"
+        bodies = bodies_module().__dict__
+        for name in [name for name in bodies if name.startswith(prefix)]:
+            del bodies[name]
+
+
+def registry_keys(op: JaxHostOp) -> list[str]:
+    """The keys under which compiled functions of this process call ``op``."""
+    with _LOCK:
+        return [key for key, entry in _REGISTRY.items() if entry.op == op]
 
 
 def call_host_function(key: str, inputs: tuple) -> object:
@@ -104,6 +129,7 @@ def call_host_function(key: str, inputs: tuple) -> object:
     return host(*inputs)
 
 
+_BODY_PREFIX = "jax_host_op_"
 _BODY = """
 def {name}(*inputs):
     with numba.objmode({declared}):
@@ -200,8 +226,7 @@ def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
         name_of["dims"] = numba.types.Array(numba.types.int64, 1, "C")
     host = op.buffers_function()
     key = register(op, writable, host)
-    node.tag.jax_ofg_registry_key = key
-    name = f"jax_host_op_{key}"
+    name = f"{_BODY_PREFIX}{key}"
     bodies = bodies_module()
     for variable, numba_type in name_of.items():
         bodies.__dict__[f"{name}_{variable}"] = numba_type
@@ -241,25 +266,22 @@ def install_direct_host_thunk() -> bool:
     """
     from pytensor.link.numba.linker import NumbaLinker
 
-    create = getattr(NumbaLinker, "create_jitable_thunk", None)
-    if not callable(create):
-        return False
-    if getattr(create, "runs_one_jax_op_directly", False):
-        return True
-
-    @functools.wraps(create)
-    def create_jitable_thunk(
-        self, compute_map, order, input_storage, output_storage, storage_map
-    ):
-        thunks, output_nodes, jit_fn = create(
+    def wrap(create: Callable) -> Callable:
+        @functools.wraps(create)
+        def create_jitable_thunk(
             self, compute_map, order, input_storage, output_storage, storage_map
-        )
-        direct = _direct_thunk(self.fgraph, list(order), storage_map, thunks)
-        return ([direct] if direct is not None else thunks), output_nodes, jit_fn
+        ):
+            thunks, output_nodes, jit_fn = create(
+                self, compute_map, order, input_storage, output_storage, storage_map
+            )
+            direct = _direct_thunk(self.fgraph, list(order), storage_map, thunks)
+            return ([direct] if direct is not None else thunks), output_nodes, jit_fn
 
-    create_jitable_thunk.runs_one_jax_op_directly = True
-    NumbaLinker.create_jitable_thunk = create_jitable_thunk
-    return True
+        return create_jitable_thunk
+
+    return compat.patch_method(
+        NumbaLinker, "create_jitable_thunk", "runs_one_jax_op_directly", wrap
+    )
 
 
 def _direct_thunk(fgraph, order, storage_map, thunks) -> Callable | None:
@@ -273,7 +295,7 @@ def _direct_thunk(fgraph, order, storage_map, thunks) -> Callable | None:
         and all(out.owner is node for out in fgraph.outputs)
     ):
         return None
-    host_call = node.op.host_function(writable_outputs(node))
+    host_call = node.op.host_function()
     inputs = [storage_map[x] for x in node.inputs]
     outputs = [storage_map[out] for out in node.outputs]
     (numba_thunk,) = thunks

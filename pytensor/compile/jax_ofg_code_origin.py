@@ -1,0 +1,184 @@
+"""Where a module's code comes from: the standard library, a pinned release, this project or the user.
+
+The trace cache describes library code by its distribution's release instead
+of its code (:mod:`~pytensor.compile.jax_ofg_fingerprints`), so the release
+must pin the files: a module is *library* code when an installed
+distribution recorded its file (``RECORD``, read through
+:mod:`importlib.metadata`) and that distribution was installed by name from an
+index, or from a VCS commit or an archive of known hash (``direct_url.json``).
+Anything else is *user* code, which is followed: ``__main__``, notebooks,
+scripts, test modules, modules on ``sys.path`` that no distribution owns, a
+checkout shadowing an installed copy, editable and local-directory installs
+(rebuilt under an unchanged version). The standard library is recognised by
+name (``sys.stdlib_module_names``) and location (a module shadowing a stdlib
+name elsewhere is user code). This project's own modules are *project* code:
+their source is in the environment fingerprint
+(:mod:`~pytensor.compile.jax_ofg_environment`).
+
+Registers nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+__all__ = ["PROJECT_MODULE", "Kind", "module_kind", "pinned_release"]
+
+#: Where a module's code comes from: ``("stdlib", "")``, ``("project", "")``,
+#: ``("library", "dist==version")`` or ``("user", "")``.
+Kind = tuple[str, str]
+
+USER: Kind = ("user", "")
+STDLIB: Kind = ("stdlib", "")
+PROJECT: Kind = ("project", "")
+
+#: This project's modules (their source is in the environment fingerprint).
+PROJECT_MODULE = re.compile(
+    r"pytensor\.(compile\.jax_ofg\w*|link\.\w+\.dispatch\.jax_ofg\w*"
+    r"|tensor\.rewriting\.jax_ofg\w*)(\..*)?"
+)
+
+_MODULE_KINDS: dict[str, tuple[Any, Kind]] = {}
+_KIND_LOCK = threading.Lock()
+
+
+def module_kind(name: str | None) -> Kind:
+    """Whether the module called ``name`` is stdlib, library, project or user code.
+
+    >>> module_kind("json")
+    ('stdlib', '')
+    >>> module_kind("numpy")[0], module_kind("numpy")[1].startswith("numpy==")
+    ('library', True)
+    >>> module_kind("__main__")
+    ('user', '')
+    """
+    if not name or not isinstance(name, str):
+        return USER
+    module = sys.modules.get(name)
+    file = getattr(module, "__file__", None)
+    cached = _MODULE_KINDS.get(name)
+    if cached is not None and cached[0] == file:
+        return cached[1]
+    kind = _classify(name, module, file)
+    with _KIND_LOCK:
+        _MODULE_KINDS[name] = (file, kind)
+    return kind
+
+
+def _classify(name: str, module: Any, file: str | None) -> Kind:
+    if PROJECT_MODULE.fullmatch(name):
+        return PROJECT
+    top = name.partition(".")[0]
+    if top == "__main__":
+        return USER
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        if file is None or _under(file, _stdlib_dirs()):
+            return STDLIB
+        return USER  # a user's module shadowing a stdlib name
+    if module is None and top in sys.modules and top != name:
+        # Not imported yet (a local import): the top-level package decides.
+        kind = module_kind(top)
+        return kind if kind[0] != "user" else USER
+    if file is None:
+        # A namespace package or a built-in: judge by a file of its package.
+        paths = list(getattr(module, "__path__", ()) or ())
+        file = str(Path(paths[0]) / "__init__.py") if paths else None
+        if file is None:
+            return USER
+    release = _release_owning(top, file)
+    return USER if release is None else ("library", release)
+
+
+@functools.cache
+def _stdlib_dirs() -> tuple[str, ...]:
+    import sysconfig
+
+    return tuple(
+        {
+            os.path.dirname(os.__file__),
+            sysconfig.get_path("stdlib"),
+        }
+    )
+
+
+def _under(file: str, folders: Iterable[str]) -> bool:
+    file = os.path.abspath(file)
+    return any(file.startswith(os.path.join(folder, "")) for folder in folders)
+
+
+def pinned_release(release: str, direct_url: str | None) -> str | None:
+    """How an installed distribution's files are pinned (see ``direct_url.json``).
+
+    An install by name from an index by its release; a VCS install by its
+    commit, an archive by its hash; a local directory or file by nothing:
+    it can be rebuilt under an unchanged version.
+
+    >>> pinned_release("a==1", None)
+    'a==1'
+    >>> pinned_release("a==1", '{"url": "https://x/a.git", "vcs_info": {"commit_id": "c0ffee"}}')
+    'a==1@c0ffee'
+    >>> pinned_release("a==1", '{"url": "file:///src/a", "dir_info": {}}') is None
+    True
+    """
+    if direct_url is None:
+        return release
+    try:
+        info = json.loads(direct_url)
+        url = info.get("url", "")
+        commit = (info.get("vcs_info") or {}).get("commit_id")
+        archive = info.get("archive_info") or {}
+    except (ValueError, AttributeError):
+        return None
+    if url.startswith("file:") or "dir_info" in info:
+        return None
+    if commit:
+        return f"{release}@{commit}"
+    hashes = archive.get("hashes") or (
+        {"hash": archive["hash"]} if "hash" in archive else {}
+    )
+    return f"{release}#{sorted(hashes.items())}" if hashes else None
+
+
+@functools.lru_cache(maxsize=8)
+def _distribution_names(path: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Top-level import names to the distributions providing them, on ``path``."""
+    names = importlib.metadata.packages_distributions()
+    return {top: tuple(dists) for top, dists in names.items()}
+
+
+@functools.lru_cache(maxsize=1024)
+def _recorded_files(
+    name: str, path: tuple[str, ...]
+) -> tuple[str | None, frozenset[str]]:
+    """A distribution's pin (:func:`pinned_release`) and the files it recorded."""
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None, frozenset()
+    files = frozenset(os.path.abspath(dist.locate_file(f)) for f in dist.files or ())
+    release = f"{dist.metadata['Name']}=={dist.version}"
+    return pinned_release(release, dist.read_text("direct_url.json")), files
+
+
+def _release_owning(top: str, file: str) -> str | None:
+    """The pinned release of the distribution that recorded ``file``, if any.
+
+    A file no distribution recorded (a checkout shadowing an installed copy,
+    a module on ``sys.path``) has none: it is user code.
+    """
+    file, path = os.path.abspath(file), tuple(sys.path)
+    for name in _distribution_names(path).get(top, ()):
+        release, files = _recorded_files(name, path)
+        if file in files:
+            return release
+    return None

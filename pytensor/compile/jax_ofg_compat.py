@@ -1,0 +1,200 @@
+"""Every private API of PyTensor, PyMC, JAX and equinox this package uses, in one place.
+
+Each use is an accessor here, listed in :data:`ENTRIES` with what relies on
+it; :data:`CHECKED` names the releases they were checked against.
+``tests/compile/test_jax_ofg_compat.py`` checks every entry: when a release
+moves or changes one, that test fails naming the entry, before the behaviour
+that needs it fails somewhere less clear. Where an accessor cannot do its job
+it says so (returns None or False), and its caller fails closed: no cache
+entry, no patch, PyTensor's own behaviour.
+
+Registers nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+
+__all__ = ["CHECKED", "ENTRIES"]
+
+#: Every private API in use, by name: what relies on it. Each one has a check in
+#: ``tests/compile/test_jax_ofg_compat.py``, last passed with :data:`CHECKED`.
+ENTRIES: dict[str, str] = {
+    "jax._src.tree_util._registry": "describing a user's pytree class",
+    "jax.jit(f)._jit_info": "describing a jax.jit-ed function by f and options",
+    "jax._src.xla_bridge.backends_are_initialized": "the fork guard",
+    "JaxRuntimeError._error_message": "naming the wrapped function in XLA errors",
+    "jax._src.callback (logger)": "muting JAX's log of a callback that raised",
+    "equinox._errors._error.<locals>.raises/tpu_msg": "exporting equinox checks",
+    "equinox.internal.primitive_finalisations": "checks inside lineax solves",
+    "pytensor.compile.builders.(FinalizedOpFromGraph, construct_nominal_fgraph)": "JaxIsland",
+    "pytensor.graph.rewriting.reachability.ancestor_bitsets": "forming islands",
+    "pytensor (_vectorize_node, _as_tensor_variable)": "vmap; SymbolicCallable",
+    "NumbaLinker.create_jitable_thunk": "running a one-island graph directly",
+    "JAXLinker.jit_compile": "the JAX linker's fork guard and error names",
+    "pymc: _initialize_multiprocessing_context and its callers' `model`": "mp_ctx",
+    "os._Environ.__getitem__/__iter__": "recording what a trace reads",
+}
+
+#: The releases the entries were last checked against.
+CHECKED = "pytensor 3.3.8, pymc 6.4, jax 0.12.0, equinox 0.13.8, Python 3.12-3.13"
+
+
+# ------------------------------------------------------------------------ JAX
+def pytree_registration(cls: type) -> Any:
+    """The flatten/unflatten functions JAX holds for ``cls`` (None if not a pytree)."""
+    from jax._src import tree_util
+
+    return tree_util._registry.get(cls)
+
+
+def jitted_function(value: Any) -> tuple[Callable, Any] | None:
+    """``(the wrapped function, its jit options)`` of a ``jax.jit`` result, else None."""
+    wrapped = getattr(value, "__wrapped__", None)
+    info = getattr(value, "_jit_info", None)
+    return None if wrapped is None or info is None else (wrapped, info)
+
+
+def jax_started() -> bool:
+    """Whether this process has initialised a JAX backend (and its threads).
+
+    When JAX's private check has moved, assume it has: a clear error in a
+    forked child is better than a deadlock.
+    """
+    from jax._src import xla_bridge
+
+    started = getattr(xla_bridge, "backends_are_initialized", None)
+    return True if started is None else bool(started())
+
+
+def prepend_to_runtime_error(error: BaseException, line: str) -> None:
+    """Put ``line`` first in a ``JaxRuntimeError``'s message (its ``str``)."""
+    message = getattr(error, "_error_message", None)
+    if isinstance(message, str):
+        error._error_message = f"{line}\n\n{message}"
+
+
+#: The logger JAX reports failed host callbacks to.
+CALLBACK_LOGGER = "jax._src.callback"
+
+
+# -------------------------------------------------------------------- equinox
+def equinox_check(callback: Any) -> str | None:
+    """``"raises"`` or ``"tpu_msg"`` for the host callbacks of ``eqx.error_if``.
+
+    Equinox's error branch (``equinox._errors._error``) calls ``raises``, then
+    ``tpu_msg`` on its result (for TPUs, which cannot raise).
+    """
+    function = getattr(callback, "callback_func", None)
+    if getattr(function, "__module__", None) != "equinox._errors":
+        return None
+    return {
+        "_error.<locals>.raises": "raises",
+        "_error.<locals>.tpu_msg": "tpu_msg",
+    }.get(getattr(function, "__qualname__", ""))
+
+
+def equinox_implementation(primitive: Any) -> Callable | None:
+    """The Python implementation of an equinox custom primitive, else None.
+
+    Equinox lists them in ``equinox.internal.primitive_finalisations``, with a
+    rule calling ``primitive.impl`` (lineax's linear solve is one).
+    """
+    internal = sys.modules.get("equinox.internal")
+    rule = getattr(internal, "primitive_finalisations", {}).get(primitive)
+    if (
+        isinstance(rule, functools.partial)
+        and rule.func.__name__ == "_impl_finalisation"
+    ):
+        return primitive.impl
+    return None
+
+
+# ------------------------------------------------------------------- PyTensor
+def op_from_graph_base() -> type:
+    """PyTensor's immutable ``OpFromGraph`` (the base of ``JaxIsland``)."""
+    from pytensor.compile.builders import FinalizedOpFromGraph
+
+    return FinalizedOpFromGraph
+
+
+def nominal_fgraph(inputs: list, outputs: list) -> Any:
+    """PyTensor's inner graph of an ``OpFromGraph`` over ``inputs`` and ``outputs``."""
+    from pytensor.compile.builders import construct_nominal_fgraph
+
+    return construct_nominal_fgraph(inputs, outputs)
+
+
+def ancestor_bitsets(fgraph: Any, nodes: list) -> Any:
+    """PyTensor's ancestor bitsets of ``nodes`` (for the islands' convexity)."""
+    from pytensor.graph.rewriting.reachability import ancestor_bitsets as bitsets
+
+    return bitsets(fgraph, nodes)
+
+
+def register_vectorization(cls: type, rule: Callable) -> None:
+    """Register ``rule`` with PyTensor's ``_vectorize_node`` for ``cls``."""
+    from pytensor.graph.replace import _vectorize_node
+
+    _vectorize_node.register(cls)(rule)
+
+
+def register_as_tensor(cls: type, rule: Callable) -> None:
+    """Register ``rule`` with PyTensor's ``_as_tensor_variable`` for ``cls``."""
+    from pytensor.tensor.basic import _as_tensor_variable
+
+    _as_tensor_variable.register(cls)(rule)
+
+
+def patch_method(cls: type, name: str, marker: str, wrap: Callable) -> bool:
+    """Replace ``cls.name`` by ``wrap(cls.name)``, once (``marker`` set on it).
+
+    Returns whether it is in place: ``False`` when the method has moved,
+    and nothing is changed then.
+    """
+    method = getattr(cls, name, None)
+    if not callable(method):
+        return False
+    if not getattr(method, marker, False):
+        patched = wrap(method)
+        setattr(patched, marker, True)
+        setattr(cls, name, patched)
+    return True
+
+
+# ----------------------------------------------------------------------- PyMC
+#: The modules whose sampling functions choose PyMC's start method, and the
+#: function they import from ``pymc.sampling.parallel`` to do it.
+PYMC_SAMPLING_MODULES = ("pymc.sampling.mcmc", "pymc.smc.sampling")
+PYMC_START_METHOD_CHOOSER = "_initialize_multiprocessing_context"
+
+
+def sampled_model(caller: FrameType | None) -> Any:
+    """The model ``pm.sample`` / ``pm.sample_smc`` (the frame ``caller``) samples.
+
+    Both resolve their ``model`` argument into a local of that name before
+    choosing the start method; elsewhere, the model on the context stack.
+    """
+    from pymc.model.core import Model
+
+    model = caller.f_locals.get("model") if caller is not None else None
+    if isinstance(model, Model):
+        return model
+    return Model.get_context(error_if_none=False)
+
+
+def caller_frame(depth: int) -> FrameType:
+    """The frame ``depth`` levels above the caller (CPython's ``sys._getframe``)."""
+    return sys._getframe(depth + 1)
+
+
+# --------------------------------------------------------------------- Python
+def environ_class() -> type:
+    """The class of ``os.environ`` (``os._Environ``), whose reads are recorded."""
+    return type(os.environ)

@@ -1,0 +1,204 @@
+"""What every traced program depends on besides its function: the environment.
+
+:func:`environment_fingerprint` digests the Python, jax, jaxlib, PyTensor and
+numpy versions, this project's own source (:func:`project_files`), the JAX
+options that change traced programs, the default backend and the environment
+variables JAX, XLA and equinox read. It is part of every trace-cache key.
+
+Registers nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from pytensor.compile.jax_ofg_fingerprints import digest
+
+
+__all__ = ["describe_environment", "environment_fingerprint", "project_files"]
+
+
+#: JAX options that differ between runs for reasons that do not change a
+#: traced program: caches, logging, dumps, tracebacks and source locations
+#: (metadata only), distributed-runtime plumbing.
+_IRRELEVANT_CONFIG_PREFIXES = (
+    "jax_compilation_cache_",
+    "jax_persistent_cache_",
+    "jax_dump_ir_",
+    "jax_log",
+    "jax_mtls_",
+    "jax_cross_host_",
+    "jax_distributed_",
+    "jax_cpu_get_",
+    "jax_share_binary_",
+    "jax_pgle_",
+)
+_IRRELEVANT_CONFIG = frozenset(
+    {
+        "jax_enable_compilation_cache",
+        "jax_raise_persistent_cache_errors",
+        "jax_explain_cache_misses",
+        "jax_debug_log_modules",
+        "jax_pprint_use_color",
+        "jax_traceback_filtering",
+        "jax_traceback_in_locations_limit",
+        "jax_include_full_tracebacks_in_locations",
+        "jax_hlo_source_file_canonicalization_regex",
+        "jax_tracer_error_num_traceback_frames",
+        "jax_captured_constants_report_frames",
+        "jax_captured_constants_warn_bytes",
+        "jax_include_debug_info_in_dumps",
+        "jax_compiler_detailed_logging_min_ops",
+        "jax_send_traceback_to_runtime",
+        "jax_source_url_schema",
+        "jax_check_proxy_envs",
+        "jax_enable_pgle",
+        "jax_enable_preemption_service",
+        "jax_debug_leaked_clients_on_clear_backends",
+    }
+)
+_ENVIRONMENT_PREFIXES = ("JAX_", "EQX_")
+_ENVIRONMENT_NAMES = frozenset({"XLA_FLAGS"})
+
+#: Where this project's modules live, relative to the ``pytensor`` package.
+_PROJECT_GLOBS = (
+    ("compile", "jax_ofg*.py"),
+    ("link/*/dispatch", "jax_ofg*.py"),
+    ("tensor/rewriting", "jax_ofg*.py"),
+)
+
+
+def _relevant_config(name: str) -> bool:
+    return name not in _IRRELEVANT_CONFIG and not name.startswith(
+        _IRRELEVANT_CONFIG_PREFIXES
+    )
+
+
+def _relevant_variable(name: str) -> bool:
+    if name in _ENVIRONMENT_NAMES:
+        return True
+    if not name.startswith(_ENVIRONMENT_PREFIXES):
+        return False
+    return not name.startswith("JAX_") or _relevant_config(name.lower())
+
+
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
+    import jaxlib
+
+    import pytensor
+
+    return (
+        (
+            "python",
+            f"{platform.python_implementation()} {platform.python_version()} "
+            f"{sys.implementation.cache_tag}",
+        ),
+        ("jax", jax.__version__),
+        ("jaxlib", jaxlib.__version__),
+        ("pytensor", pytensor.__version__),
+        ("numpy", np.__version__),
+    )
+
+
+@functools.cache
+def _default_backend() -> str:
+    return jax.default_backend()
+
+
+_SOURCE_DIGESTS: dict[str, tuple[tuple[int, int], str]] = {}
+
+
+def _file_digest(path: str) -> str:
+    stat = os.stat(path)
+    signature = (stat.st_mtime_ns, stat.st_size)
+    cached = _SOURCE_DIGESTS.get(path)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    text = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:32]
+    _SOURCE_DIGESTS[path] = (signature, text)
+    return text
+
+
+def project_files() -> dict[str, str]:
+    """This project's modules, by name, with their files: the copy this module is in.
+
+    Found beside this file, whatever is imported yet (importing a module to
+    ask where it is would import PyTensor's JAX backend with our JAX
+    dispatch: a second of start-up).
+
+    >>> "pytensor.compile.jax_ofg_environment" in project_files()
+    True
+    """
+    return dict(_project_files())
+
+
+@functools.cache
+def _project_files() -> tuple[tuple[str, str], ...]:
+    root = Path(__file__).resolve().parents[2]
+    files = []
+    for folder, pattern in _PROJECT_GLOBS:
+        for path in sorted((root / "pytensor").glob(f"{folder}/{pattern}")):
+            name = ".".join(path.relative_to(root).with_suffix("").parts)
+            files.append((name, str(path)))
+    return tuple(sorted(files))
+
+
+def describe_environment() -> str:
+    """The readable form of :func:`environment_fingerprint`.
+
+    Calling it the first time initialises JAX's backends (for the default
+    platform): do it when a program is about to be compiled anyway.
+
+    >>> "jax_enable_x64=" in describe_environment()
+    True
+    """
+    parts = [f"{name}={version}" for name, version in _versions()]
+    parts.append(f"backend={_default_backend()}")
+    sources = ", ".join(
+        f"{name}:{_file_digest(path)}" for name, path in project_files().items()
+    )
+    parts.append(f"project=[{sources}]")
+    values = jax.config.values
+    # bools, numbers, strings, None and enums: repr is exact
+    parts.extend(f"{name}={values[name]!r}" for name in _relevant_options(len(values)))
+    parts.extend(f"${name}={value!r}" for name, value in _variables())
+    return "\n".join(parts)
+
+
+@functools.cache
+def _relevant_options(count: int) -> tuple[str, ...]:
+    # keyed by the number of options: plugins may define more later
+    return tuple(sorted(n for n in jax.config.values if _relevant_config(n)))
+
+
+@functools.cache
+def _variables() -> tuple[tuple[str, str], ...]:
+    # JAX, XLA and equinox read them when they start: later changes do not
+    # take effect, so the values at the first call are the ones in force.
+    return tuple(sorted((k, v) for k, v in os.environ.items() if _relevant_variable(k)))
+
+
+def environment_fingerprint() -> str:
+    """A digest of what every traced program depends on besides its function.
+
+    Python, jax, jaxlib, PyTensor and numpy versions; this project's source
+    (:func:`project_files`); the JAX options that change traced programs
+    (``jax_enable_x64``, ...: all but caches, logging and source locations);
+    the default backend platform; and the environment variables JAX, XLA and
+    equinox read (``JAX_*``, ``XLA_FLAGS``, ``EQX_*``). Versions, variables
+    and the backend are read once; options and source files (by size and
+    modification time) at every call.
+
+    >>> environment_fingerprint() == environment_fingerprint()
+    True
+    """
+    return digest(describe_environment())
