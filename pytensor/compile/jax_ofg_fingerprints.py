@@ -358,7 +358,7 @@ def _atoms() -> dict[type, Callable[[Any], str]]:
 _ATOMS = _atoms()
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)
 def _is_c_class(cls: type) -> bool:
     """Whether instances of ``cls`` may keep state that Python cannot see."""
     if cls in _VALUE_BASES:
@@ -895,7 +895,9 @@ def _with_parents(name: str) -> list[str]:
     return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-_FIELDS: dict[type, tuple[tuple[str, bool, bool], ...]] = {}
+_FIELDS: weakref.WeakKeyDictionary[type, tuple[tuple[str, bool, bool], ...]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _fields(cls: type) -> tuple[tuple[str, bool, bool], ...]:
@@ -1036,7 +1038,9 @@ _UNREFERENCED = (tuple, frozenset, np.dtype, np.generic, types.ModuleType)
 #: per type: how to describe its instances, and whether to refer back to one
 #: met again (immutable values are described again: sharing them is not
 #: observable, and they cannot form cycles on their own)
-_DISPATCH: dict[type, tuple[Callable[[_Describer, Any], str], bool]] = {}
+_DISPATCH: weakref.WeakKeyDictionary[
+    type, tuple[Callable[[_Describer, Any], str], bool]
+] = weakref.WeakKeyDictionary()
 
 
 def _dispatch(cls: type) -> tuple[Callable[[_Describer, Any], str], bool]:

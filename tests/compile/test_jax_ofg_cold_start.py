@@ -250,6 +250,13 @@ def test_equal_ops_share_a_key_and_outlive_each_other():
     xv = np.array([0.1, 0.2, 0.3])
     np.testing.assert_allclose(first(xv), 2.0 * np.sin(xv))
     assert len(numba_dispatch._REGISTRY[key].hosts) == 1
+    (node,) = first.maker.fgraph.apply_nodes
+    op = node.op
+    del first, node
+    gc.collect()
+    # No compiled function calls it any more: the registry lets it go.
+    assert numba_dispatch.registry_keys(op) == []
+    assert key not in numba_dispatch._REGISTRY
 
 
 # ================================================= traces, once per process
