@@ -15,43 +15,9 @@ the package acts on the process (registrations with PyTensor, JAX settings,
 hooks into PyMC). Every other module of the package can be imported without
 side effects.
 
-Modules, in layers (each imports only from the layers above it):
-
-========================  ===============================================
-layer                     modules (``pytensor/compile/`` unless noted)
-========================  ===============================================
-base                      ``jax_ofg_compat`` (every private API used),
-                          ``jax_ofg_errors``
-                          (where an error came from), ``jax_ofg_fork_guard`` (no
-                          JAX after fork), ``jax_ofg_fingerprints`` (content keys),
-                          ``jax_ofg_code_origin`` (stdlib, release, user
-                          code?), ``jax_ofg_environment`` (versions, options),
-                          ``jax_ofg_reads`` (what a trace reads),
-                          ``jax_ofg_checks`` (equinox's checks as a flag),
-                          ``jax_ofg_xla_cache`` (JAX's persistent cache),
-                          ``jax_ofg_trace_cache`` (the bounded memos; traces kept in memory and on disk)
-inner functions, shapes   ``jax_ofg_functions`` (pytree function over flat
-                          arrays), ``jax_ofg_packing`` (one buffer per
-                          dtype), ``jax_ofg_shapes`` (output types by
-                          tracing), ``jax_ofg_dims`` (what PyTensor knows of
-                          input dims), ``jax_ofg_transforms`` (vjp, jvp,
-                          vmap, residuals, shared pullbacks)
-host calls                ``jax_ofg_programs`` (jit through the trace cache),
-                          ``jax_ofg_host_op`` (``JaxHostOp``: jitted program on
-                          host arrays)
-the op                    ``jax_ofg_op`` (``OpFromJax`` and its factory of
-                          derived ops)
-the decorator             ``jax_ofg_wrapper`` (``as_jax_op``,
-                          ``SymbolicCallable``)
-islands                   ``jax_ofg_island`` (``JaxIsland``)
-linkers and rewrites      ``link/jax/dispatch/jax_ofg``,
-                          ``link/numba/dispatch/jax_ofg``,
-                          ``tensor/rewriting/jax_ofg_vmap``,
-                          ``jax_ofg_fusion``, ``jax_ofg_islands``,
-                          ``jax_ofg_readonly_outputs``; ``jax_ofg_pymc``
-                          (PyMC's start method)
-facade                    this module
-========================  ===============================================
+The modules, their layers and what each holds: the guide's developer notes
+("the modules and their layers", ``doc/library/jax_ofg.rst``), which a test
+keeps complete.
 """
 
 from __future__ import annotations
