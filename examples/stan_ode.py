@@ -30,8 +30,12 @@ study solves the ODE with ``integrate_ode_rk45(..., 1e-5, 1e-3, 5e2)``.
 
 Run it in the environment ``bash scripts/example`` creates::
 
-    .venv/bin/python examples/stan_ode.py           # the fits of the guide's table
+    .venv/bin/python examples/stan_ode.py           # nutpie, from the priors' locations
     .venv/bin/python examples/stan_ode.py --quick   # a smoke run (CI)
+    .venv/bin/python examples/stan_ode.py --sampler numpyro --start stan
+
+``--start default`` is PyMC's own start (the bound plus one for the predation
+rates, far in the tails: see the guide); ``--start stan`` Stan's rule.
 
 The guide's "Coming from Stan" section explains the choices;
 ``benchmarks/stan_ode.py`` measures them (``benchmarks/results/stan_ode.md``).
