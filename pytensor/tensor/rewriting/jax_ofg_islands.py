@@ -24,7 +24,14 @@ A node may join an island only if
   inside), unless it computes fixed values (``ScalarFromTensor`` of a length);
   an island whose boundary would carry another type is not formed;
 
-and an island stays *convex*: no path leaves it and comes back, so replacing
+Constant arrays (size 2 or more) whose values decide no shape -- a PyMC
+model's observed data, an index vector -- are inputs of the island, not
+part of its program (:func:`is_data`): one program serves every dataset of
+a model, traced and compiled once. Scalars, and constants that decide
+shapes (the shape of a ``Reshape``, the lengths of a ``Split``), which JAX
+needs concrete, stay in the program.
+
+An island stays *convex*: no path leaves it and comes back, so replacing
 it by one node cannot create a cycle. A node that must stay out splits the
 island. Islands with a single node are left alone.
 
@@ -57,6 +64,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, get_active_mode
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.graph.rewriting.reachability import ancestor_bitsets
+from pytensor.graph.traversal import ancestors
 from pytensor.link.jax.linker import JAXLinker
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.random.op import RandomVariable
@@ -67,6 +75,7 @@ __all__ = [
     "FormJaxIslands",
     "find_islands",
     "form_jax_islands",
+    "is_data",
     "islands_enabled",
     "joinable_nodes",
     "joins_islands",
@@ -95,6 +104,43 @@ def joins_islands(node: Apply) -> bool:
     return _has_jax_lowering(node)
 
 
+def is_data(node: Apply, x: Variable) -> bool:
+    """Whether the input ``x`` of ``node`` is a constant array an island takes as input.
+
+    A constant of two values or more whose values decide none of ``node``'s
+    output shapes (by the op's ``infer_shape``; an op without one keeps its
+    constants): observed data, an index vector. Not a ``Reshape``'s shape.
+
+    >>> import numpy as np
+    >>> data = pt.constant(np.arange(6.0))
+    >>> is_data((pt.vector("mu") - data).owner, data)
+    True
+    >>> shape = pt.constant(np.array([2, 3]))
+    >>> is_data(pt.reshape(data, shape).owner, shape)
+    False
+    """
+    if not (isinstance(x, Constant) and isinstance(x.type, TensorType)):
+        return False
+    if x.data.size < 2:
+        return False
+    shapes = [
+        tuple(pt.constant(d, dtype="int64") for d in inp.data.shape)
+        if isinstance(inp, Constant) and isinstance(inp.type, TensorType)
+        else tuple(inp.shape[k] for k in range(inp.type.ndim))
+        if isinstance(inp.type, TensorType)
+        else None
+        for inp in node.inputs
+    ]
+    try:
+        output_shapes = node.op.infer_shape(node, shapes)
+    except Exception:
+        return False
+    dims = [
+        d for shape in output_shapes for d in (shape or ()) if isinstance(d, Variable)
+    ]
+    return x not in set(ancestors(dims))
+
+
 def joinable_nodes(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[bool]:
     """:func:`joins_islands` for each of ``nodes`` (``fgraph.toposort()``).
 
@@ -112,7 +158,11 @@ def joinable_nodes(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[bool]:
 
 
 def _structure(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[tuple]:
-    """What :func:`joins_islands` reads of a graph: ops, types, sources, constants."""
+    """What :func:`joins_islands` reads of a graph: ops, types, sources, constants.
+
+    Constants that are data (:func:`is_data`) by their types: the lowering
+    is probed with a variable in their place.
+    """
     source: dict[Variable, tuple] = {
         x: ("input", i, isinstance(x, SharedVariable), x.type)
         for i, x in enumerate(fgraph.inputs)
@@ -120,7 +170,8 @@ def _structure(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[tuple]:
     rows = []
     for k, node in enumerate(nodes):
         inputs = tuple(
-            source.get(x) or ("constant", x.type, getattr(x, "data", None))
+            source.get(x)
+            or (("data", x.type) if is_data(node, x) else ("constant", x.type, x.data))
             for x in node.inputs
         )
         rows.append((node.op, inputs, tuple(out.type for out in node.outputs)))
@@ -138,9 +189,16 @@ def _has_jax_lowering(node: Apply) -> bool:
     probed = _LOWERING_PROBES.get(node)
     if probed is not None and probed[0] == inputs:
         return probed[1]
-    lowers = _lowers(node)
+    # Lowered as an island lowers it: data constants are variables there.
+    data = [x for x in inputs if is_data(node, x)]
+    as_in_island = (
+        node.op.make_node(*(x.type() if x in data else x for x in inputs))
+        if data
+        else node
+    )
+    lowers = _lowers(as_in_island)
     if not lowers:
-        specialized = _with_fixed_inputs_constant(node)
+        specialized = _with_fixed_inputs_constant(as_in_island)
         lowers = specialized is not None and _lowers(specialized)
     _LOWERING_PROBES[node] = (inputs, lowers)
     return lowers
@@ -272,14 +330,26 @@ def _bits(bitset: int) -> list[int]:
 def island_boundary(
     fgraph: FunctionGraph, island: Sequence[Apply]
 ) -> tuple[list[Variable], list[Variable]]:
-    """The variables an island takes from, and gives to, the rest of ``fgraph``."""
+    """The variables an island takes from, and gives to, the rest of ``fgraph``.
+
+    Its inputs include the constants that are data to every node of the
+    island using them (:func:`is_data`).
+    """
     inside = set(island)
     produced = {out for node in island for out in node.outputs}
     inputs: dict[Variable, None] = {}
+    baked = set()
     for node in island:
         for inp in node.inputs:
-            if inp not in produced and not isinstance(inp, Constant):
+            if inp in produced:
+                continue
+            if not isinstance(inp, Constant):
                 inputs[inp] = None
+            elif is_data(node, inp):
+                inputs.setdefault(inp, None)
+            else:
+                baked.add(inp)
+    inputs = {x: None for x in inputs if x not in baked}
     outputs = [
         out
         for node in island
@@ -318,7 +388,11 @@ class FormJaxIslands(GraphRewriter):
                 isinstance(x.type, TensorType) for x in (*inputs, *outputs)
             ):
                 continue  # a scalar-typed value would cross the host call
-            static = [i for i, x in enumerate(inputs) if is_fixed(x)]
+            static = [
+                i
+                for i, x in enumerate(inputs)
+                if not isinstance(x, Constant) and is_fixed(x)
+            ]
             island_op = JaxIsland(inputs, outputs, static_inputs=static)
             new_outputs = island_op(*inputs, return_list=True)
             fgraph.replace_all_validate(
