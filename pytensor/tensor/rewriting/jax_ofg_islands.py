@@ -108,8 +108,10 @@ def is_data(node: Apply, x: Variable) -> bool:
     """Whether the input ``x`` of ``node`` is a constant array an island takes as input.
 
     A constant of two values or more whose values decide none of ``node``'s
-    output shapes (by the op's ``infer_shape``; an op without one keeps its
-    constants): observed data, an index vector. Not a ``Reshape``'s shape.
+    output shapes: with a variable of its type in its place, the op's
+    ``infer_shape`` gives shapes that do not depend on it (an op without one
+    keeps its constants). Observed data, an index vector; not a
+    ``Reshape``'s shape.
 
     >>> import numpy as np
     >>> data = pt.constant(np.arange(6.0))
@@ -123,22 +125,24 @@ def is_data(node: Apply, x: Variable) -> bool:
         return False
     if x.data.size < 2:
         return False
-    shapes = [
-        tuple(pt.constant(d, dtype="int64") for d in inp.data.shape)
-        if isinstance(inp, Constant) and isinstance(inp.type, TensorType)
-        else tuple(inp.shape[k] for k in range(inp.type.ndim))
-        if isinstance(inp.type, TensorType)
-        else None
-        for inp in node.inputs
-    ]
+    variable = x.type()
     try:
-        output_shapes = node.op.infer_shape(node, shapes)
+        probe = node.op.make_node(*(variable if i is x else i for i in node.inputs))
+        shapes = [
+            tuple(
+                d if d is not None else i.shape[k] for k, d in enumerate(i.type.shape)
+            )
+            if isinstance(i.type, TensorType)
+            else None
+            for i in probe.inputs
+        ]
+        output_shapes = probe.op.infer_shape(probe, shapes)
     except Exception:
         return False
     dims = [
         d for shape in output_shapes for d in (shape or ()) if isinstance(d, Variable)
     ]
-    return x not in set(ancestors(dims))
+    return variable not in set(ancestors(dims))
 
 
 def joinable_nodes(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[bool]:
