@@ -353,3 +353,35 @@ def test_a_half_written_xla_entry_is_never_read(project):
     if "Error reading persistent compilation cache entry" in stderr:
         kept = [p.name for p, size in halves.items() if p.stat().st_size == size]
         raise ReadHalfAnEntry(f"{len(kept)} truncated entries kept; {stderr[-2000:]}")
+
+
+def test_counts_observed_through_pm_data_trace_once(capsys):
+    """Integer data in a shared variable are inputs, not static values."""
+    import jax.numpy as jnp
+    import pymc as pm
+
+    from pytensor.compile.jax_ofg import as_jax_op
+
+    @as_jax_op
+    def rate(theta, t):
+        print("TRACED")
+        return 50.0 * jnp.exp(-theta[0] * t) * (1.1 + jnp.cos(theta[1] * t))
+
+    rng = np.random.default_rng(5)
+    traces, values = [], []
+    with pytensor.config.change_flags(jax_ofg__trace_cache="on"):
+        for _ in range(4):
+            counts = rng.poisson(40.0, size=len(TIMES))
+            with pm.Model() as model:
+                theta = pm.Normal("theta", 0.0, 1.0, shape=2)
+                observed = pm.Data("counts", counts)
+                pm.Poisson("y", rate(theta, TIMES), observed=observed)
+            logp_dlogp = model.logp_dlogp_function(ravel_inputs=True)
+            logp_dlogp.set_extra_values({})
+            values.append(float(logp_dlogp(THETA)[0]))
+            traces.append(capsys.readouterr().out.count("TRACED"))
+            mean = 50.0 * np.exp(-THETA[0] * TIMES) * (1.1 + np.cos(THETA[1] * TIMES))
+            want = stats.norm(0.0, 1.0).logpdf(THETA).sum()
+            want += stats.poisson(mean).logpmf(counts).sum()
+            np.testing.assert_allclose(values[-1], want, rtol=1e-10)
+    assert traces[0] >= 2 and traces[1:] == [0, 0, 0]

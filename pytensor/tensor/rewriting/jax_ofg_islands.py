@@ -73,6 +73,7 @@ from pytensor.tensor.type import TensorType
 
 __all__ = [
     "FormJaxIslands",
+    "decides_shapes",
     "find_islands",
     "form_jax_islands",
     "is_data",
@@ -108,10 +109,8 @@ def is_data(node: Apply, x: Variable) -> bool:
     """Whether the input ``x`` of ``node`` is a constant array an island takes as input.
 
     A constant of two values or more whose values decide none of ``node``'s
-    output shapes: with a variable of its type in its place, the op's
-    ``infer_shape`` gives shapes that do not depend on it (an op without one
-    keeps its constants). Observed data, an index vector; not a
-    ``Reshape``'s shape.
+    output shapes (:func:`decides_shapes`): observed data, an index vector;
+    not a ``Reshape``'s shape.
 
     >>> import numpy as np
     >>> data = pt.constant(np.arange(6.0))
@@ -121,28 +120,52 @@ def is_data(node: Apply, x: Variable) -> bool:
     >>> is_data(pt.reshape(data, shape).owner, shape)
     False
     """
-    if not (isinstance(x, Constant) and isinstance(x.type, TensorType)):
-        return False
-    if x.data.size < 2:
-        return False
-    variable = x.type()
+    return (
+        isinstance(x, Constant)
+        and isinstance(x.type, TensorType)
+        and x.data.size >= 2
+        and not decides_shapes(node, x)
+    )
+
+
+def decides_shapes(node: Apply, x: Variable) -> bool:
+    """Whether the values of ``node``'s input ``x`` may decide its output shapes.
+
+    Asked of the op's ``infer_shape``, with a variable in place of a constant
+    ``x`` and the inputs' unknown lengths as free symbols: the shapes depend
+    on ``x`` or not. True when the op cannot say.
+    """
+    variable = x.type() if isinstance(x, Constant) else x
     try:
         probe = node.op.make_node(*(variable if i is x else i for i in node.inputs))
         shapes = [
-            tuple(
-                d if d is not None else i.shape[k] for k, d in enumerate(i.type.shape)
-            )
+            tuple(d if d is not None else pt.lscalar() for d in i.type.shape)
             if isinstance(i.type, TensorType)
             else None
             for i in probe.inputs
         ]
         output_shapes = probe.op.infer_shape(probe, shapes)
     except Exception:
-        return False
+        return True
     dims = [
         d for shape in output_shapes for d in (shape or ()) if isinstance(d, Variable)
     ]
-    return variable not in set(ancestors(dims))
+    return variable in set(ancestors(dims))
+
+
+def _static(island: Sequence[Apply], x: Variable) -> bool:
+    """Whether the island takes its input ``x`` as a static value.
+
+    A fixed integer (:func:`~pytensor.compile.jax_ofg_dims.is_fixed`): a
+    length, or a vector that decides a shape in the island. A fixed vector
+    used as data only (counts observed through ``pm.Data``) is an ordinary
+    input: a new value is no new program.
+    """
+    if isinstance(x, Constant) or not is_fixed(x):
+        return False
+    return x.type.ndim == 0 or any(
+        decides_shapes(node, x) for node in island if x in node.inputs
+    )
 
 
 def joinable_nodes(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[bool]:
@@ -392,11 +415,7 @@ class FormJaxIslands(GraphRewriter):
                 isinstance(x.type, TensorType) for x in (*inputs, *outputs)
             ):
                 continue  # a scalar-typed value would cross the host call
-            static = [
-                i
-                for i, x in enumerate(inputs)
-                if not isinstance(x, Constant) and is_fixed(x)
-            ]
+            static = [i for i, x in enumerate(inputs) if _static(island, x)]
             island_op = JaxIsland(inputs, outputs, static_inputs=static)
             new_outputs = island_op(*inputs, return_list=True)
             fgraph.replace_all_validate(
