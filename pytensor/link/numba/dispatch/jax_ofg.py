@@ -38,7 +38,7 @@ import numba
 import numpy as np
 
 from pytensor.compile.jax_ofg_fingerprints import digest, stable_key
-from pytensor.compile.jax_ofg_host_op import JaxHostOp, writable_outputs
+from pytensor.compile.jax_ofg_host_op import JaxHostOp, input_cells, writable_outputs
 from pytensor.graph.basic import Constant
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch.basic import get_numba_type, numba_njit
@@ -279,7 +279,7 @@ def _direct_thunk(fgraph, order, storage_map, thunks) -> Callable | None:
     ):
         return None
     host_call = node.op.host_function(writable_outputs(node))
-    inputs = [storage_map[x] for x in node.inputs]
+    inputs = input_cells(node, storage_map)
     outputs = [storage_map[out] for out in node.outputs]
     (numba_thunk,) = thunks
 
