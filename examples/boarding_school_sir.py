@@ -164,13 +164,22 @@ def solve_sir(
 # ---------------------------------------------------------------------------
 
 
-def build_model(*, max_steps: int = MAX_STEPS) -> pm.Model:
+def build_model(
+    *, max_steps: int = MAX_STEPS, cases: np.ndarray = CASES, data: bool = False
+) -> pm.Model:
     """The case study's model, with the boarding-school data observed.
 
     Parameters
     ----------
     max_steps
         The solver's step budget: diffrax's default 4096, or Stan's 10**6.
+    cases
+        The students in bed on days 1..14 (default: the outbreak's;
+        ``examples/sbc_boarding_school.py`` fits simulated ones).
+    data
+        Observe ``cases`` through ``pm.Data``: PyTensor's rewrites then see no
+        values in them (constant counts let them fold whether a count is 0),
+        so every dataset shares one XLA program.
 
     Returns
     -------
@@ -187,7 +196,11 @@ def build_model(*, max_steps: int = MAX_STEPS) -> pm.Model:
         y = solve_sir(Y0, T0, DAYS, beta, gamma, N, max_steps=max_steps)
         # Stan's neg_binomial_2(mu, phi) is PyMC's NegativeBinomial(mu, alpha=phi).
         pm.NegativeBinomial(
-            "cases", mu=y[:, 1], alpha=1.0 / phi_inv, observed=CASES, dims="day"
+            "cases",
+            mu=y[:, 1],
+            alpha=1.0 / phi_inv,
+            observed=pm.Data("cases_observed", cases, dims="day") if data else cases,
+            dims="day",
         )
 
         # Stan's generated quantities

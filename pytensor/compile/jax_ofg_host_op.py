@@ -28,7 +28,7 @@ from pytensor.compile.jax_ofg_errors import report, runtime_error_counts
 from pytensor.compile.jax_ofg_fingerprints import Undescribable, fingerprint_or_raise
 from pytensor.compile.jax_ofg_packing import DtypePacking, Plan
 from pytensor.compile.jax_ofg_programs import Program
-from pytensor.graph.basic import Apply
+from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.op import HasMultipleInnerGraph, is_thunk_type
 from pytensor.graph.traversal import apply_ancestors
 from pytensor.tensor.type import TensorType
@@ -251,7 +251,7 @@ class JaxHostOp:
     def make_py_thunk(self, node, storage_map, compute_map, no_recycling, debug=False):
         # As Op.make_py_thunk, with the host function looked up once, here.
         host_call = self.host_function()
-        inputs = [storage_map[v] for v in node.inputs]
+        inputs = input_cells(node, storage_map)
         outputs = [storage_map[v] for v in node.outputs]
         computed = [compute_map[v] for v in node.outputs] if compute_map else []
 
@@ -270,6 +270,18 @@ class JaxHostOp:
 def writable_outputs(node: Apply) -> tuple[bool, ...]:
     """Per output of a :class:`JaxHostOp` node: whether it is handed on as a copy."""
     return node.op.copied_outputs or (True,) * len(node.outputs)
+
+
+def input_cells(node: Apply, storage_map) -> list[list]:
+    """The storage cells a thunk of ``node`` reads its inputs from.
+
+    A constant's value (an island's data) is put on JAX's device once, here,
+    not copied there at every call.
+    """
+    return [
+        [jax.device_put(x.data)] if isinstance(x, Constant) else storage_map[x]
+        for x in node.inputs
+    ]
 
 
 def graph_holds_jax_ops(outputs: Iterable[Any]) -> bool:

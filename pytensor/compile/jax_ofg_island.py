@@ -274,9 +274,9 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
         return call
 
     def _fits(self, inputs: Sequence[Any]) -> bool:
-        """Whether ``inputs`` are arrays of the island's input dtypes and ranks."""
+        """Whether ``inputs`` are arrays (NumPy's, or JAX's for its data) of its dtypes and ranks."""
         return len(inputs) == len(self.input_types) and all(
-            isinstance(x, np.ndarray | np.generic)
+            isinstance(x, np.ndarray | np.generic | jax.Array)
             and x.dtype == t.dtype
             and x.ndim == t.ndim
             for x, t in zip(inputs, self.input_types)
@@ -302,7 +302,7 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
         function.trust_input = True
 
         def run(*inputs: np.ndarray) -> list[np.ndarray]:
-            return list(function(*inputs))
+            return list(function(*map(np.asarray, inputs)))  # data: device arrays
 
         return run
 

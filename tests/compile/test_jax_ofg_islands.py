@@ -569,13 +569,13 @@ def test_a_bad_input_is_an_error_not_a_fallback(island_mode):
     theta, logp = likelihood_graph()
     f = compile_function([theta], [logp, pt.grad(logp, theta)], island_mode)
     (island,) = islands(f)
-    assert len(island.fgraph.inputs) == 1  # theta
+    assert len(island.fgraph.inputs) == 2  # theta, and the observed data
     host = island.host_function()
     with warnings.catch_warnings():
         warnings.simplefilter("error", JaxIslandFallbackWarning)
         with pytest.raises(ValueError, match="None is not a valid value"):
-            host(None)
-        outputs = host(THETA)
+            host(None, OBSERVED)
+        outputs = host(THETA, OBSERVED)
     (value,) = [o for o in outputs if o.ndim == 0]
     (gradient,) = [o for o in outputs if o.ndim == 1]
     want_value, want_gradient = jax.value_and_grad(reference_logp)(THETA)

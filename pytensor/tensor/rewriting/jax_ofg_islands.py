@@ -24,7 +24,14 @@ A node may join an island only if
   inside), unless it computes fixed values (``ScalarFromTensor`` of a length);
   an island whose boundary would carry another type is not formed;
 
-and an island stays *convex*: no path leaves it and comes back, so replacing
+Constant arrays (size 2 or more) whose values decide no shape -- a PyMC
+model's observed data, an index vector -- are inputs of the island, not
+part of its program (:func:`is_data`): one program serves every dataset of
+a model, traced and compiled once. Scalars, and constants that decide
+shapes (the shape of a ``Reshape``, the lengths of a ``Split``), which JAX
+needs concrete, stay in the program.
+
+An island stays *convex*: no path leaves it and comes back, so replacing
 it by one node cannot create a cycle. A node that must stay out splits the
 island. Islands with a single node are left alone.
 
@@ -57,6 +64,7 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, get_active_mode
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+from pytensor.graph.traversal import ancestors
 from pytensor.link.jax.linker import JAXLinker
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.random.op import RandomVariable
@@ -65,8 +73,10 @@ from pytensor.tensor.type import TensorType
 
 __all__ = [
     "FormJaxIslands",
+    "decides_shapes",
     "find_islands",
     "form_jax_islands",
+    "is_data",
     "islands_enabled",
     "joinable_nodes",
     "joins_islands",
@@ -95,6 +105,69 @@ def joins_islands(node: Apply) -> bool:
     return _has_jax_lowering(node)
 
 
+def is_data(node: Apply, x: Variable) -> bool:
+    """Whether the input ``x`` of ``node`` is a constant array an island takes as input.
+
+    A constant of two values or more whose values decide none of ``node``'s
+    output shapes (:func:`decides_shapes`): observed data, an index vector;
+    not a ``Reshape``'s shape.
+
+    >>> import numpy as np
+    >>> data = pt.constant(np.arange(6.0))
+    >>> is_data((pt.vector("mu") - data).owner, data)
+    True
+    >>> shape = pt.constant(np.array([2, 3]))
+    >>> is_data(pt.reshape(data, shape).owner, shape)
+    False
+    """
+    return (
+        isinstance(x, Constant)
+        and isinstance(x.type, TensorType)
+        and x.data.size >= 2
+        and not decides_shapes(node, x)
+    )
+
+
+def decides_shapes(node: Apply, x: Variable) -> bool:
+    """Whether the values of ``node``'s input ``x`` may decide its output shapes.
+
+    Asked of the op's ``infer_shape``, with a variable in place of a constant
+    ``x`` and the inputs' unknown lengths as free symbols: the shapes depend
+    on ``x`` or not. True when the op cannot say.
+    """
+    variable = x.type() if isinstance(x, Constant) else x
+    try:
+        probe = node.op.make_node(*(variable if i is x else i for i in node.inputs))
+        shapes = [
+            tuple(d if d is not None else pt.lscalar() for d in i.type.shape)
+            if isinstance(i.type, TensorType)
+            else None
+            for i in probe.inputs
+        ]
+        output_shapes = probe.op.infer_shape(probe, shapes)
+    except Exception:
+        return True
+    dims = [
+        d for shape in output_shapes for d in (shape or ()) if isinstance(d, Variable)
+    ]
+    return variable in set(ancestors(dims))
+
+
+def _static(island: Sequence[Apply], x: Variable) -> bool:
+    """Whether the island takes its input ``x`` as a static value.
+
+    A fixed integer (:func:`~pytensor.compile.jax_ofg_dims.is_fixed`): a
+    length, or a vector that decides a shape in the island. A fixed vector
+    used as data only (counts observed through ``pm.Data``) is an ordinary
+    input: a new value is no new program.
+    """
+    if isinstance(x, Constant) or not is_fixed(x):
+        return False
+    return x.type.ndim == 0 or any(
+        decides_shapes(node, x) for node in island if x in node.inputs
+    )
+
+
 def joinable_nodes(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[bool]:
     """:func:`joins_islands` for each of ``nodes`` (``fgraph.toposort()``).
 
@@ -112,7 +185,11 @@ def joinable_nodes(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[bool]:
 
 
 def _structure(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[tuple]:
-    """What :func:`joins_islands` reads of a graph: ops, types, sources, constants."""
+    """What :func:`joins_islands` reads of a graph: ops, types, sources, constants.
+
+    Constants that are data (:func:`is_data`) by their types: the lowering
+    is probed with a variable in their place.
+    """
     source: dict[Variable, tuple] = {
         x: ("input", i, isinstance(x, SharedVariable), x.type)
         for i, x in enumerate(fgraph.inputs)
@@ -120,7 +197,8 @@ def _structure(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[tuple]:
     rows = []
     for k, node in enumerate(nodes):
         inputs = tuple(
-            source.get(x) or ("constant", x.type, getattr(x, "data", None))
+            source.get(x)
+            or (("data", x.type) if is_data(node, x) else ("constant", x.type, x.data))
             for x in node.inputs
         )
         rows.append((node.op, inputs, tuple(out.type for out in node.outputs)))
@@ -138,9 +216,16 @@ def _has_jax_lowering(node: Apply) -> bool:
     probed = _LOWERING_PROBES.get(node)
     if probed is not None and probed[0] == inputs:
         return probed[1]
-    lowers = _lowers(node)
+    # Lowered as an island lowers it: data constants are variables there.
+    data = [x for x in inputs if is_data(node, x)]
+    as_in_island = (
+        node.op.make_node(*(x.type() if x in data else x for x in inputs))
+        if data
+        else node
+    )
+    lowers = _lowers(as_in_island)
     if not lowers:
-        specialized = _with_fixed_inputs_constant(node)
+        specialized = _with_fixed_inputs_constant(as_in_island)
         lowers = specialized is not None and _lowers(specialized)
     _LOWERING_PROBES[node] = (inputs, lowers)
     return lowers
@@ -272,14 +357,26 @@ def _bits(bitset: int) -> list[int]:
 def island_boundary(
     fgraph: FunctionGraph, island: Sequence[Apply]
 ) -> tuple[list[Variable], list[Variable]]:
-    """The variables an island takes from, and gives to, the rest of ``fgraph``."""
+    """The variables an island takes from, and gives to, the rest of ``fgraph``.
+
+    Its inputs include the constants that are data to every node of the
+    island using them (:func:`is_data`).
+    """
     inside = set(island)
     produced = {out for node in island for out in node.outputs}
     inputs: dict[Variable, None] = {}
+    baked = set()
     for node in island:
         for inp in node.inputs:
-            if inp not in produced and not isinstance(inp, Constant):
+            if inp in produced:
+                continue
+            if not isinstance(inp, Constant):
                 inputs[inp] = None
+            elif is_data(node, inp):
+                inputs.setdefault(inp, None)
+            else:
+                baked.add(inp)
+    inputs = {x: None for x in inputs if x not in baked}
     outputs = [
         out
         for node in island
@@ -318,7 +415,7 @@ class FormJaxIslands(GraphRewriter):
                 isinstance(x.type, TensorType) for x in (*inputs, *outputs)
             ):
                 continue  # a scalar-typed value would cross the host call
-            static = [i for i, x in enumerate(inputs) if is_fixed(x)]
+            static = [i for i, x in enumerate(inputs) if _static(island, x)]
             island_op = JaxIsland(inputs, outputs, static_inputs=static)
             new_outputs = island_op(*inputs, return_list=True)
             fgraph.replace_all_validate(

@@ -39,7 +39,8 @@ import numpy as np
 
 from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile.jax_ofg_fingerprints import digest, stable_key
-from pytensor.compile.jax_ofg_host_op import JaxHostOp, writable_outputs
+from pytensor.compile.jax_ofg_host_op import JaxHostOp, input_cells, writable_outputs
+from pytensor.graph.basic import Constant
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch.basic import get_numba_type, numba_njit
 from pytensor.link.utils import raise_with_op
@@ -285,18 +286,22 @@ def install_direct_host_thunk() -> bool:
 
 
 def _direct_thunk(fgraph, order, storage_map, thunks) -> Callable | None:
-    """A thunk calling the host function of the graph's one JAX op, or None."""
+    """A thunk calling the host function of the graph's one JAX op, or None.
+
+    The op's inputs are the graph's, and constants (an island's data).
+    """
     if len(order) != 1 or len(thunks) != 1:
         return None
     (node,) = order
     if not (
         isinstance(node.op, JaxHostOp)
-        and list(node.inputs) == list(fgraph.inputs)
+        and [x for x in node.inputs if not isinstance(x, Constant)]
+        == list(fgraph.inputs)
         and all(out.owner is node for out in fgraph.outputs)
     ):
         return None
     host_call = node.op.host_function()
-    inputs = [storage_map[x] for x in node.inputs]
+    inputs = input_cells(node, storage_map)
     outputs = [storage_map[out] for out in node.outputs]
     (numba_thunk,) = thunks
 
