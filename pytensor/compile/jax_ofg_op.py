@@ -13,7 +13,12 @@ It
   the inner function itself under the JAX linker
   (``pytensor/link/jax/dispatch/jax_ofg.py``);
 * differentiates through ``jax.vjp`` / ``jax.jvp``
-  (:mod:`~pytensor.compile.jax_ofg_transforms`). The derivative ops, and every
+  (:mod:`~pytensor.compile.jax_ofg_transforms`), its gradients in the mode its
+  ``gradient`` says (forward mode: Jacobians of a ``vmap`` of the JVP); every
+  route runs the inner function as
+  :class:`~pytensor.compile.jax_ofg_transforms.ChosenGradient`, so the
+  pullback ops, the fused value-and-gradient op and ``jax.grad`` under the
+  JAX linker all take that mode. The derivative ops, and every
   other op made from an op (vmapped, fused, with inputs baked in), come from
   one factory, :meth:`OpFromJax.derive`, which carries the name, the types and
   the dim expressions over.
@@ -48,7 +53,12 @@ from pytensor.compile.jax_ofg_shapes import (
     dim_to_tensor,
     symbol_name,
 )
-from pytensor.compile.jax_ofg_transforms import JVPFunction, VJPFunction
+from pytensor.compile.jax_ofg_transforms import (
+    GRADIENT_MODES,
+    ChosenGradient,
+    JVPFunction,
+    VJPFunction,
+)
 from pytensor.gradient import DisconnectedType, disconnected_type
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.op import Op
@@ -95,6 +105,17 @@ class OpFromJax(JaxHostOp, Op):
         input dims had when the graph was built (symbolic tracing failed):
         those lengths, by symbol (``{"s1_0": 8}``). Named in errors; computed
         outputs are then checked against ``output_dims``.
+    gradient
+        How PyTensor's gradient (the pullback, and ``jax.grad`` of a graph
+        compiled with ``mode="JAX"``) differentiates ``fn``: ``"reverse"``
+        (``jax.vjp``), ``"forward"`` (the Jacobians from a ``vmap`` of the JVP
+        over the input directions, contracted with the cotangents: cheaper
+        for few inputs and a costly solve, and the only way through a
+        forward-only loop such as diffrax's ``ForwardMode`` adjoint) or
+        ``"auto"`` (forward when the differentiated inputs hold at most
+        :data:`~pytensor.compile.jax_ofg_transforms.FORWARD_MAX_INPUTS`
+        numbers or reverse mode fails, unless forward mode fails; see the
+        guide's "Forward or reverse mode").
 
     Examples
     --------
@@ -125,6 +146,7 @@ class OpFromJax(JaxHostOp, Op):
         "output_dims",
         "traced_sizes",
         "copied_outputs",
+        "gradient",
     )
 
     def __init__(
@@ -136,7 +158,14 @@ class OpFromJax(JaxHostOp, Op):
         *,
         output_dims: OutputDims | None = None,
         traced_sizes: Mapping[str, int] | None = None,
+        gradient: str = "auto",
     ):
+        if gradient not in GRADIENT_MODES:
+            raise ValueError(
+                f"gradient must be one of {', '.join(map(repr, GRADIENT_MODES))}, "
+                f"got {gradient!r}."
+            )
+        self.gradient = gradient
         if isinstance(output_types, TensorType):
             output_types = [output_types]
         self.name = name or getattr(fn, "__name__", None) or "jax_function"
@@ -199,7 +228,13 @@ class OpFromJax(JaxHostOp, Op):
                 for dims in output_dims
             ),
             traced_sizes=inputs.rename_sizes(self.traced_sizes),
+            gradient=self.gradient,
         )
+
+    @property
+    def differentiated_fn(self) -> ChosenGradient:
+        """The inner function, differentiated in this op's ``gradient`` mode."""
+        return ChosenGradient(self.fn, self.gradient, self.describe())
 
     def __hash__(self) -> int:
         # Ops are immutable and hashing the inner function walks its fields:
@@ -262,7 +297,7 @@ class OpFromJax(JaxHostOp, Op):
         arrays = [
             jnp.asarray(a, dtype=t.dtype) for a, t in zip(arrays, self.input_types)
         ]
-        outputs = tuple(jnp.asarray(o) for o in self.fn(*arrays))
+        outputs = tuple(jnp.asarray(o) for o in self.differentiated_fn(*arrays))
         if len(outputs) != len(self.output_types):
             raise TypeError(
                 f"The JAX function {self.name!r} returned {len(outputs)} arrays, "
@@ -394,7 +429,10 @@ class OpFromJax(JaxHostOp, Op):
         cotangent_types = [self.output_types[k] for k in cotangent_outputs]
         vjp_op = self.derive(
             VJPFunction(
-                self.fn, wrt, cotangent_outputs, tuple(t.dtype for t in cotangent_types)
+                self.differentiated_fn,
+                wrt,
+                cotangent_outputs,
+                tuple(t.dtype for t in cotangent_types),
             ),
             [*self.input_types, *cotangent_types],
             [t for t, w in zip(self.input_types, wrt) if w],

@@ -5,6 +5,14 @@ Each class here wraps an inner function of
 out) into another one, so the derivative or batched op is again an
 :class:`~pytensor.compile.jax_ofg.OpFromJax`:
 
+* :class:`ChosenGradient`: the function itself, differentiated in the mode
+  its op chose (``gradient="auto" | "forward" | "reverse"``): a
+  :func:`jax.custom_jvp` whose rule is either JAX's own JVP (so reverse mode
+  is JAX's reverse mode) or, in forward mode, the Jacobian from a ``vmap`` of
+  the JVP over the basis of the input directions, contracted with the
+  tangents. Reverse mode through that rule transposes only the contraction:
+  every pullback built on it (below), and ``jax.grad`` of a whole graph under
+  the JAX linker, is forward mode, with the Jacobians as residuals.
 * :class:`VJPFunction` and :class:`JVPFunction`: reverse and forward mode.
 * :class:`VJPForward` and :class:`VJPFromResiduals`: reverse mode split in
   two, so value and gradient share one forward pass. The forward also returns
@@ -28,9 +36,10 @@ Registers nothing.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -39,7 +48,7 @@ import numpy as np
 
 from pytensor.compile import jax_ofg_trace_cache as trace_cache
 from pytensor.compile.jax_ofg_functions import ArrayTuple, InnerFunction, static_key
-from pytensor.compile.jax_ofg_packing import DtypePacking
+from pytensor.compile.jax_ofg_packing import DtypePacking, dtype_name
 from pytensor.compile.jax_ofg_shapes import (
     STAND_IN_SIZES,
     stand_in_shapes,
@@ -84,6 +93,162 @@ def value_and_pullback(
 
 def cast_cotangents(cotangents: Sequence[Any], dtypes: Sequence[str]) -> tuple:
     return tuple(jnp.asarray(ct, dtype) for ct, dtype in zip(cotangents, dtypes))
+
+
+# ------------------------------------------------------------ gradient mode
+GRADIENT_MODES = ("auto", "forward", "reverse")
+
+#: ``gradient="auto"`` takes forward mode when the differentiated inputs hold
+#: at most this many numbers in all (measured: benchmarks/forward_mode.py).
+FORWARD_MAX_INPUTS = 16
+
+#: The texts of JAX's errors for a function that supports only one mode.
+_REVERSE_FAILS = "Reverse-mode differentiation does not work"
+_FORWARD_FAILS = "can't apply forward-mode autodiff (jvp) to a custom_vjp"
+
+
+class GradientModeError(ValueError):
+    """A wrapped function cannot be differentiated in the mode asked for."""
+
+
+def _differentiated(primals: Sequence[Any]) -> list[bool]:
+    return [jnp.issubdtype(p.dtype, jnp.inexact) for p in primals]
+
+
+def _zero_cotangent(output: Any) -> Any:
+    if jnp.issubdtype(output.dtype, jnp.inexact):
+        return jnp.zeros_like(output)
+    return np.zeros(output.shape, jax.dtypes.float0)
+
+
+def _reverse_error(fn: Callable, primals: Sequence[Any]) -> str | None:
+    """JAX's error when reverse mode cannot go through ``fn``, else None.
+
+    An abstract trace of the VJP: the error comes when the JVP is
+    transposed, after the forward has been traced.
+    """
+
+    def pulled_back(*arrays):
+        outputs, pullback = jax.vjp(fn, *arrays)
+        return pullback(tuple(_zero_cotangent(o) for o in outputs))
+
+    specs = [jax.ShapeDtypeStruct(p.shape, p.dtype) for p in primals]
+    try:
+        jax.eval_shape(pulled_back, *specs)
+    except Exception as error:
+        if _REVERSE_FAILS in str(error):
+            return str(error).splitlines()[0]
+        raise
+    return None
+
+
+def _forward_jvp(fn: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
+    """Outputs and output tangents of ``fn`` from its Jacobians (forward mode)."""
+    wrt = _differentiated(primals)
+    inputs = [p for p, w in zip(primals, wrt) if w]
+    sizes = [math.prod(p.shape) for p in inputs]
+    offsets = np.cumsum([0, *sizes])
+    eye = jnp.eye(int(offsets[-1]))  # made by XLA: no constant of n**2 numbers
+    basis = [
+        eye[:, a:b].reshape(-1, *p.shape).astype(p.dtype)
+        for p, a, b in zip(inputs, offsets, offsets[1:])
+    ]
+
+    def restricted(*differentiable):
+        return tuple(fn(*_merge(primals, differentiable, wrt)))
+
+    outputs, linear = jax.linearize(restricted, *inputs)
+    jacobians = jax.vmap(linear)(*basis)  # per output: (directions, *shape)
+    directions = [t for t, w in zip(tangents, wrt) if w]
+    output_tangents = []
+    for output, jacobian in zip(outputs, jacobians):
+        if not jnp.issubdtype(output.dtype, jnp.inexact):
+            output_tangents.append(_zero_cotangent(output))
+            continue
+        flat = jnp.concatenate([jnp.ravel(t) for t in directions]).astype(output.dtype)
+        output_tangents.append(jnp.tensordot(flat, jacobian, axes=1))
+    return outputs, tuple(output_tangents)
+
+
+@dataclass(frozen=True)
+class ChosenGradient(InnerFunction):
+    """``fn``, differentiated (by any JAX transformation) in the mode ``gradient``.
+
+    ``"reverse"``: JAX's own JVP, so ``jax.vjp`` and ``jax.grad`` run reverse
+    mode as they would on ``fn``. ``"forward"``: the Jacobians, from one
+    ``vmap`` of the linearized function over the basis of the input
+    directions, contracted with the tangents; reverse mode transposes only
+    the contraction. ``"auto"``: forward when ``fn``'s ``jax.vjp`` fails as on
+    a forward-only loop (diffrax's ``ForwardMode`` adjoint) or when the
+    differentiated inputs hold at most :data:`FORWARD_MAX_INPUTS` numbers,
+    unless the JVP fails as on a ``jax.custom_vjp``; reverse otherwise.
+    Integer inputs are held constant; complex ones need reverse mode.
+    """
+
+    fn: Callable[..., ArrayTuple]
+    gradient: str
+    name: str = field(default="", compare=False)
+
+    def __call__(self, *arrays: Any) -> ArrayTuple:
+        differentiated = jax.custom_jvp(lambda *a: tuple(self.fn(*a)))
+        differentiated.defjvp(self._jvp)
+        return differentiated(*arrays)
+
+    def _jvp(self, primals: tuple, tangents: tuple):
+        mode = self.mode(primals)
+        if mode == "reverse":
+            return jax.jvp(self.fn, primals, tangents)
+        try:
+            return _forward_jvp(self.fn, primals, tangents)
+        except Exception as error:
+            if _FORWARD_FAILS not in str(error):
+                raise
+            if self.gradient == "auto":
+                return jax.jvp(self.fn, primals, tangents)
+            raise GradientModeError(
+                f"The JAX function {self.name!r} cannot be differentiated in "
+                "forward mode (gradient='forward'): it holds a jax.custom_vjp "
+                "function, which only reverse mode goes through. Pass "
+                "gradient='reverse' or 'auto' to as_jax_op (or OpFromJax)."
+            ) from error
+
+    def mode(self, primals: Sequence[Any]) -> str:
+        """``"forward"`` or ``"reverse"`` at these inputs (raises for a forced mode
+        the function cannot do)."""
+        wrt = _differentiated(primals)
+        if not any(wrt):
+            return "reverse"  # nothing to differentiate: JAX's own (zero) JVP
+        if any(jnp.issubdtype(p.dtype, jnp.complexfloating) for p in primals):
+            if self.gradient == "forward":
+                raise GradientModeError(
+                    f"The JAX function {self.name!r} has complex inputs, which "
+                    "forward-mode gradients (gradient='forward') do not cover: "
+                    "pass gradient='reverse' or 'auto'."
+                )
+            return "reverse"
+        if self.gradient == "forward":
+            return "forward"
+        size = sum(math.prod(p.shape) for p, w in zip(primals, wrt) if w)
+        small = isinstance(size, int) and size <= FORWARD_MAX_INPUTS
+        if self.gradient == "auto" and small:
+            return "forward"
+        shapes = tuple((str(p.shape), np.dtype(p.dtype).name) for p in primals)
+        failure = trace_cache.cached(
+            "reverse_mode_error",
+            (self.fn, shapes),
+            lambda: _reverse_error(self.fn, primals),
+            name=self.name,
+        )
+        if failure is None:
+            return "reverse"
+        if self.gradient == "auto":
+            return "forward"
+        raise GradientModeError(
+            f"The JAX function {self.name!r} cannot be differentiated in reverse "
+            f"mode (gradient='reverse'): {failure} (e.g. diffrax's "
+            "adjoint=diffrax.ForwardMode()). Pass gradient='forward' or 'auto' to "
+            "as_jax_op (or OpFromJax)."
+        )
 
 
 @dataclass(frozen=True)
@@ -224,6 +389,10 @@ def _traced_residual_dtypes(
     raise failure
 
 
+def _packable(residuals: Sequence[Any], dtypes: Sequence[str]) -> bool:
+    return {dtype_name(r) for r in residuals} <= set(dtypes)
+
+
 @dataclass(frozen=True)
 class VJPForward(InnerFunction):
     """``forward``'s outputs, then its VJP residuals: one vector per dtype."""
@@ -242,16 +411,20 @@ class VJPForward(InnerFunction):
         )
 
     def __call__(self, *primals: Any) -> ArrayTuple:
+        empty = tuple(jnp.zeros((0,), dtype) for dtype in self.residual_dtypes)
         if jax.config.jax_disable_jit:
             # Run eagerly, jax.vjp keeps other residuals than it does when
             # traced (a `lax.cond` runs one branch): hand on none, and let
             # VJPFromResiduals recompute them.
-            empty = (jnp.zeros((0,), dtype) for dtype in self.residual_dtypes)
             return (*self.forward(*primals), *empty)
         outputs, pullback = value_and_pullback(
             self.forward, self.wrt, self.cotangent_outputs, primals
         )
         residuals = jax.tree_util.tree_leaves(pullback)
+        if not _packable(residuals, self.residual_dtypes):
+            # Dtypes traced at other lengths (``gradient="auto"`` may choose
+            # another mode there): none either.
+            return (*outputs, *empty)
         return (*outputs, *DtypePacking(self.residual_dtypes).pack(residuals))
 
 
@@ -275,8 +448,9 @@ class VJPFromResiduals(InnerFunction):
         cotangents = args[n_primals + n_vectors :]
         like, treedef = jax.tree_util.tree_flatten(_abstract_pullback(vjp, primals))
         packing = DtypePacking(self.residual_dtypes)
-        if not packing.fits(vectors, like):
-            # Not the traced layout (VJPForward ran under `jax.disable_jit`).
+        if not (_packable(like, self.residual_dtypes) and packing.fits(vectors, like)):
+            # Not the traced layout (VJPForward ran under `jax.disable_jit`,
+            # or the residual dtypes were traced at other lengths).
             return vjp(*primals, *cotangents)
         residuals = packing.unpack(vectors, like)
         pullback = jax.tree_util.tree_unflatten(treedef, residuals)
@@ -413,18 +587,19 @@ def find_forward(
 
     ``vjp_node`` applies a :class:`VJPFunction`; ``candidates`` are nodes
     applying ops with an inner function (``OpFromJax``). A candidate is the
-    forward when its op's inner function is the VJP's forward (or passes
-    ``is_forward``) and it takes the very same primal variables.
+    forward when the VJP's forward is its op's inner function in its gradient
+    mode (or its op passes ``is_forward``) and it takes the very same primal
+    variables.
     """
     vjp: VJPFunction = vjp_node.op.fn
     if is_forward is None:
 
-        def is_forward(fn: Any) -> bool:
-            return fn == vjp.forward
+        def is_forward(op: Any) -> bool:
+            return op.differentiated_fn == vjp.forward
 
     primals = pullback_primals(vjp_node)
     for node in candidates:
-        if is_forward(node.op.fn) and list(node.inputs) == primals:
+        if is_forward(node.op) and list(node.inputs) == primals:
             return node
     return None
 

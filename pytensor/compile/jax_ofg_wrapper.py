@@ -179,12 +179,14 @@ class JaxOpWrapper:
         fn: Callable,
         name: str | None = None,
         output_types: Any = None,
+        gradient: str = "auto",
     ):
         # updated=(): the function's own attributes must not shadow ours
         functools.update_wrapper(self, fn, updated=())
         self.fn = fn
         self.name = name or getattr(fn, "__name__", None) or "jax_function"
         self.output_types = output_types
+        self.gradient = gradient
 
     def __repr__(self) -> str:
         return f"as_jax_op({self.name})"
@@ -290,6 +292,7 @@ class JaxOpWrapper:
             name=self.name,
             output_dims=output_dims,
             traced_sizes=traced_sizes,
+            gradient=self.gradient,
         )
         # Equal calls give the very same op while it is in use.
         return _OPS.setdefault((type(op), op._props()), op)
@@ -337,6 +340,7 @@ def as_jax_op(
     *,
     name: str | None = None,
     output_types: Any = None,
+    gradient: str = "auto",
 ) -> Any:
     """Make a JAX function callable with PyTensor variables.
 
@@ -358,6 +362,15 @@ def as_jax_op(
         :class:`~pytensor.tensor.type.TensorType` shaped like the function's
         output, or a callable taking the call's arguments with every PyTensor
         variable replaced by its type and returning such a pytree.
+    gradient
+        How gradients go through the function: ``"reverse"`` (``jax.vjp``),
+        ``"forward"`` (Jacobians from a ``vmap`` of the JVP over the input
+        directions, contracted with the cotangents) or ``"auto"`` (the
+        default: forward mode for few differentiated numbers or a function
+        that only supports it, such as a diffrax solve with
+        ``adjoint=diffrax.ForwardMode()``; reverse otherwise). Forward mode
+        wins for few parameters and a costly (stiff) solve; see the guide's
+        "Forward or reverse mode".
 
     Returns
     -------
@@ -394,7 +407,20 @@ def as_jax_op(
     >>> s, total = running_mean(pt.vector("y"))
     >>> s.type.shape, total.type.shape
     ((None,), ())
+
+    Gradients in forward mode (the same values as reverse mode's):
+
+    >>> @as_jax_op(gradient="forward")
+    ... def decay(rate, y0):
+    ...     return y0 * jnp.exp(-rate * jnp.arange(4.0))
+    >>> rate, y0 = pt.scalar("rate"), pt.scalar("y0")
+    >>> loss = pt.sum(decay(rate, y0) ** 2)
+    >>> f = pytensor.function([rate, y0], pt.grad(loss, [rate, y0]))
+    >>> [float(np.round(g, 6)) for g in f(0.5, 2.0)]
+    [-6.30329, 6.212007]
     """
     if fn is None:
-        return functools.partial(as_jax_op, name=name, output_types=output_types)
-    return JaxOpWrapper(fn, name=name, output_types=output_types)
+        return functools.partial(
+            as_jax_op, name=name, output_types=output_types, gradient=gradient
+        )
+    return JaxOpWrapper(fn, name=name, output_types=output_types, gradient=gradient)

@@ -133,7 +133,7 @@ def fuse_value_and_vjp(
     clients = [c for c, _ in fgraph.clients[primals[0]] if isinstance(c.op, OpFromJax)]
     forward = find_forward(node, clients)
     fused = find_forward(
-        node, clients, lambda fn: isinstance(fn, VJPForward) and fn.split_of(vjp)
+        node, clients, lambda op: isinstance(op.fn, VJPForward) and op.fn.split_of(vjp)
     )
     replacements: dict[Variable, Variable] = {}
     if fused is not None:

@@ -1,0 +1,312 @@
+"""Forward against reverse mode on a stiff PK model (:mod:`_pk_model`), and against Stan.
+
+* **Table 1, value+grad per call** (medians of interleaved batches): the model's
+  log-density and gradient compiled by PyTensor (default Numba linker, as
+  ``pytensor.function(value_vars, [logp, *grad])``) with the solve wrapped by
+  ``as_jax_op`` in reverse mode (diffrax's default adjoint) and in forward
+  mode (``adjoint=diffrax.ForwardMode()``, ``gradient="auto"`` choosing
+  forward), against the best pure-JAX programs: ``jax.jit(jax.value_and_grad)``
+  (reverse) and ``jax.linearize`` + ``jax.vmap`` of the JVP over the 5 input
+  directions (forward). Every gradient is first checked against the pure-JAX one.
+* **Table 1b, ``gradient="auto"``'s rule**: a stiff solve with ``n`` parameters
+  (the PK model whose rates are scaled by ``n - 4`` more parameters), value+grad
+  in pure JAX by forward and reverse mode, for several ``n``: where forward
+  mode stops winning.
+* **Table 2, the whole fit** (4 chains x (draws + tune), ``pm.sample()`` with
+  nutpie; Stan's ``ode_bdf_tol`` at the same tolerances through PyStan 3): each
+  route runs twice in fresh processes sharing fresh caches; the second process
+  (cached Numba, XLA programs and traces; Stan's cached build) is reported,
+  from its first line to the posterior in memory.
+
+Run (with the machine to itself)::
+
+    .venv/bin/python benchmarks/forward_mode.py                 # ~10 minutes
+    .venv/bin/python benchmarks/forward_mode.py --draws 500     # shorter fits
+
+Writes ``benchmarks/results/forward_mode.md``. Inside the checkout, the
+checkout's modules are used. ``--child ROUTE`` is one fit (internal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+START = time.perf_counter()
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+os.environ.setdefault("EQX_ON_ERROR", "nan")  # exportable programs, as the examples
+
+ROUTES = {
+    "ours_forward": "ours, forward mode (ForwardMode adjoint)",
+    "ours_reverse": "ours, reverse mode (default adjoint)",
+    "stan": "Stan (PyStan, ode_bdf_tol)",
+}
+
+
+def our_model(route: str):
+    import _pk_model as pk
+
+    import conftest  # noqa: F401  (the checkout's modules)
+    from pytensor.compile.jax_ofg import as_jax_op
+
+    if route == "ours_forward":
+        return pk.build_model(as_jax_op(pk.solve_forward_mode, name="pk_solve"))
+    return pk.build_model(as_jax_op(pk.solve, name="pk_solve", gradient="reverse"))
+
+
+# --------------------------------------------------------------- one fit
+def child(route: str, draws: int, tune: int, chains: int, seed: int) -> None:
+    """Fit once; print the phases as JSON on the last line."""
+    import _pk_model as pk
+
+    if route == "stan":
+        import stan
+
+        posterior = stan.build(pk.STAN_PROGRAM, data=pk.stan_data(), random_seed=seed)
+        before = time.perf_counter()
+        fit = posterior.sample(num_chains=chains, num_samples=draws, num_warmup=tune)
+        sampling = time.perf_counter() - before
+        log_theta = fit["log_theta"].reshape(4, draws, chains).transpose(2, 1, 0)
+        divergences = int(fit["divergent__"].sum())
+    else:
+        import pymc as pm
+
+        with our_model(route):
+            idata = pm.sample(
+                draws=draws,
+                tune=tune,
+                chains=chains,
+                random_seed=seed,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
+        sampling = float(idata["posterior"].attrs["sampling_time"])
+        log_theta = idata["posterior"]["log_theta"].values
+        divergences = int(idata["sample_stats"]["diverging"].values.sum())
+    whole = time.perf_counter() - START
+    result = {
+        "whole": whole,
+        "sampling": sampling,
+        "means": log_theta.reshape(-1, 4).mean(axis=0).tolist(),
+        "divergences": divergences,
+    }
+    print(json.dumps(result), flush=True)
+
+
+def fit_twice(route: str, args: argparse.Namespace) -> dict:
+    """The route in a first and a second fresh process sharing fresh caches."""
+    with tempfile.TemporaryDirectory(prefix=f"forward_mode-{route}-") as folder:
+        cache = Path(folder)
+        env = {
+            **os.environ,
+            "PYTENSOR_FLAGS": f"base_compiledir={cache / 'pytensor'}",
+            "NUMBA_CACHE_DIR": str(cache / "numba"),
+            "XDG_CACHE_HOME": str(cache / "xdg"),
+        }
+        command = [sys.executable, __file__, "--child", route]
+        command += [f"--{k}={getattr(args, k)}" for k in ("draws", "tune", "chains")]
+        results = []
+        for _ in range(2):
+            start = time.perf_counter()
+            done = subprocess.run(
+                command, capture_output=True, text=True, env=env, cwd=cache
+            )
+            lines = done.stdout.strip().splitlines()
+            if done.returncode != 0 or not lines:
+                raise RuntimeError(f"{route} failed:\n{done.stderr[-3000:]}")
+            result = json.loads(lines[-1])
+            result["process"] = time.perf_counter() - start
+            results.append(result)
+            print(route, result, flush=True)
+        return {"first": results[0], "second": results[1]}
+
+
+# ---------------------------------------------------------- per call
+def per_call(args: argparse.Namespace) -> tuple[list, list]:
+    import _pk_model as pk
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from _timing import Call, interleaved_medians
+
+    import conftest  # noqa: F401
+    import pytensor
+    import pytensor.tensor as pt
+
+    point = (jnp.asarray(pk.PRIOR_MEANS + 0.1), jnp.asarray(np.log(0.7)))
+
+    def forward_value_and_grad(logp):
+        def value_and_grad(*x):
+            value, linear = jax.linearize(logp, *x)
+            basis = (jnp.eye(5)[:, :4], jnp.eye(5)[:, 4])
+            return value, jax.vmap(linear)(*basis)
+
+        return jax.jit(value_and_grad)
+
+    reverse = jax.jit(jax.value_and_grad(pk.logp, argnums=(0, 1)))
+    forward = forward_value_and_grad(
+        lambda lt, ls: pk.logp(lt, ls, pk.solve_forward_mode)
+    )
+    expected = np.concatenate([np.ravel(g) for g in reverse(*point)[1]])
+    np.testing.assert_allclose(forward(*point)[1], expected, rtol=1e-6)
+    calls = {
+        "pure JAX, reverse (value_and_grad)": Call(
+            lambda: jax.block_until_ready(reverse(*point))
+        ),
+        "pure JAX, forward (linearize + vmap)": Call(
+            lambda: jax.block_until_ready(forward(*point))
+        ),
+    }
+    for route in ("ours_reverse", "ours_forward"):
+        model = our_model(route)
+        logp = model.logp()
+        inputs = model.value_vars
+        f = pytensor.function(inputs, [logp, *pt.grad(logp, inputs)])
+        values = [np.asarray(point[0]), np.asarray(point[1])]
+        got = np.concatenate([np.ravel(g) for g in f(*values)[1:]])
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+        calls[f"{ROUTES[route]}, as_jax_op"] = Call(f, tuple(values))
+    stats = interleaved_medians(calls, repeats=args.repeats, batch_seconds=0.3)
+    best = min(stats[k].median for k in calls if k.startswith("pure JAX"))
+    rows = [
+        [name, f"{s.median * 1e3:.2f}", f"{s.spread:.0%}", f"{s.median / best:.2f}"]
+        for name, s in stats.items()
+    ]
+
+    # Table 1b: where forward mode stops winning, by the number of inputs.
+    def scaled_logp(solver):
+        def logp(log_theta, extra):
+            scale = jnp.prod(1 + 0.01 * jnp.tanh(extra))
+            return pk.logp(log_theta, jnp.log(0.7), lambda t: solver(t * scale))
+
+        return logp
+
+    sweep = []
+    for n in args.sizes:
+        x = (jnp.asarray(pk.PRIOR_MEANS), jnp.zeros(n - 4))
+        rev = jax.jit(jax.value_and_grad(scaled_logp(pk.solve), argnums=(0, 1)))
+        fwd_logp = scaled_logp(pk.solve_forward_mode)
+
+        def fwd(lt, extra, fwd_logp=fwd_logp, n=n):
+            value, linear = jax.linearize(fwd_logp, lt, extra)
+            return value, jax.vmap(linear)(jnp.eye(n)[:, :4], jnp.eye(n)[:, 4:])
+
+        fwd = jax.jit(fwd)
+        s = interleaved_medians(
+            {
+                "r": Call(lambda rev=rev, x=x: jax.block_until_ready(rev(*x))),
+                "f": Call(lambda fwd=fwd, x=x: jax.block_until_ready(fwd(*x))),
+            },
+            repeats=max(3, args.repeats // 2),
+            batch_seconds=0.2,
+        )
+        sweep.append(
+            [
+                n,
+                f"{s['r'].median * 1e3:.2f}",
+                f"{s['f'].median * 1e3:.2f}",
+                f"{s['f'].median / s['r'].median:.2f}",
+            ]
+        )
+        print(sweep[-1], flush=True)
+    return rows, sweep
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child", choices=ROUTES)
+    parser.add_argument("--draws", type=int, default=1000)
+    parser.add_argument("--tune", type=int, default=1000)
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--sizes", type=int, nargs="*", default=[4, 8, 16, 32, 64])
+    parser.add_argument("--routes", nargs="*", default=list(ROUTES))
+    parser.add_argument("--no-per-call", action="store_true")
+    parser.add_argument(
+        "--output", type=Path, default=HERE / "results" / "forward_mode.md"
+    )
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.draws, args.tune, args.chains, seed=1)
+        return
+
+    from _timing import machine_header, markdown_table
+
+    command = "python benchmarks/forward_mode.py " + " ".join(sys.argv[1:])
+    import diffrax
+    import jax
+    import pymc
+
+    import pytensor
+
+    versions = {
+        "JAX": jax.__version__,
+        "diffrax": diffrax.__version__,
+        "PyTensor": pytensor.__version__,
+        "PyMC": pymc.__version__,
+    }
+    sections = [
+        "# Forward against reverse mode: a stiff PK model\n",
+        f"Command: `{command.strip()}`\n",
+        machine_header(versions) + "\n",
+    ]
+    if not args.no_per_call:
+        rows, sweep = per_call(args)
+        sections += [
+            "## Value+grad per call (ms; ratio to the best pure-JAX program)\n",
+            markdown_table(["", "median ms", "spread", "ratio"], rows) + "\n",
+            "## Pure JAX value+grad by the number of parameters n (ms)\n",
+            markdown_table(["n", "reverse", "forward", "forward / reverse"], sweep)
+            + "\n",
+        ]
+    fits = {route: fit_twice(route, args) for route in args.routes}
+    if fits:
+        reference = fits.get("stan", {}).get("second", {}).get("process")
+        rows = []
+        for route, result in fits.items():
+            first, second = result["first"], result["second"]
+            rows.append(
+                [
+                    ROUTES[route],
+                    f"{first['process']:.1f}",
+                    f"{second['process']:.1f}",
+                    f"{second['sampling']:.1f}",
+                    f"{second['process'] / reference:.2f}" if reference else "",
+                    second["divergences"],
+                    " ".join(f"{m:.2f}" for m in second["means"]),
+                ]
+            )
+        sections += [
+            f"## Whole fit, {args.chains} chains x ({args.draws} + {args.tune}) (s)\n",
+            "Process: from start to exit, the second process with the first's "
+            "caches. Means: posterior means of log(ka, V, Vmax, Km).\n",
+            markdown_table(
+                [
+                    "route",
+                    "first process",
+                    "second process",
+                    "sampling",
+                    "vs Stan",
+                    "divergences",
+                    "means",
+                ],
+                rows,
+            )
+            + "\n",
+        ]
+    text = "\n".join(sections)
+    print(text)
+    args.output.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
