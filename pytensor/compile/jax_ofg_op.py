@@ -112,10 +112,8 @@ class OpFromJax(JaxHostOp, Op):
         over the input directions, contracted with the cotangents: cheaper
         for few inputs and a costly solve, and the only way through a
         forward-only loop such as diffrax's ``ForwardMode`` adjoint) or
-        ``"auto"`` (forward when the differentiated inputs hold at most
-        :data:`~pytensor.compile.jax_ofg_transforms.FORWARD_MAX_INPUTS`
-        numbers or reverse mode fails, unless forward mode fails; see the
-        guide's "Forward or reverse mode").
+        ``"auto"`` (forward only when reverse mode fails; see the guide's
+        "Forward or reverse mode").
 
     Examples
     --------

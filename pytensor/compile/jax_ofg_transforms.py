@@ -98,10 +98,6 @@ def cast_cotangents(cotangents: Sequence[Any], dtypes: Sequence[str]) -> tuple:
 # ------------------------------------------------------------ gradient mode
 GRADIENT_MODES = ("auto", "forward", "reverse")
 
-#: ``gradient="auto"`` takes forward mode when the differentiated inputs hold
-#: at most this many numbers in all (measured: benchmarks/forward_mode.py).
-FORWARD_MAX_INPUTS = 16
-
 #: The texts of JAX's errors for a function that supports only one mode.
 _REVERSE_FAILS = "Reverse-mode differentiation does not work"
 _FORWARD_FAILS = "can't apply forward-mode autodiff (jvp) to a custom_vjp"
@@ -179,9 +175,11 @@ class ChosenGradient(InnerFunction):
     ``vmap`` of the linearized function over the basis of the input
     directions, contracted with the tangents; reverse mode transposes only
     the contraction. ``"auto"``: forward when ``fn``'s ``jax.vjp`` fails as on
-    a forward-only loop (diffrax's ``ForwardMode`` adjoint) or when the
-    differentiated inputs hold at most :data:`FORWARD_MAX_INPUTS` numbers,
-    unless the JVP fails as on a ``jax.custom_vjp``; reverse otherwise.
+    a forward-only loop (diffrax's ``ForwardMode`` adjoint), reverse
+    otherwise: the one-hot JVPs of forward mode turn a NaN or infinite
+    derivative of one element into NaN gradients of every element (``0 *
+    nan``), so forward mode is never chosen where reverse mode gives
+    another result.
     Integer inputs are held constant; complex ones need reverse mode.
     """
 
@@ -227,10 +225,6 @@ class ChosenGradient(InnerFunction):
                 )
             return "reverse"
         if self.gradient == "forward":
-            return "forward"
-        size = sum(math.prod(p.shape) for p, w in zip(primals, wrt) if w)
-        small = isinstance(size, int) and size <= FORWARD_MAX_INPUTS
-        if self.gradient == "auto" and small:
             return "forward"
         shapes = tuple((str(p.shape), np.dtype(p.dtype).name) for p in primals)
         failure = trace_cache.cached(
