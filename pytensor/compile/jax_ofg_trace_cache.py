@@ -61,7 +61,7 @@ from pytensor.compile.jax_ofg_fingerprints import (
     describe_or_raise,
     digest,
 )
-from pytensor.compile.jax_ofg_reads import Reads, note, recording
+from pytensor.compile.jax_ofg_reads import Reads, ignored, note, recording
 from pytensor.configparser import ConfigParam
 
 
@@ -308,7 +308,8 @@ def _traced(compute: Callable[[], Any]) -> Entry:
 def _lookup(kind: str, key: str, persist: bool, name: str) -> Entry | None:
     entry = _MEMORY.peek((kind, key))
     if entry is None and persist:
-        entry = _load(key, kind)
+        with ignored():  # the cache's own files are no input of an outer trace
+            entry = _load(key, kind)
         if entry is not None:
             _MEMORY.get((kind, key), lambda: entry)
     if entry is None:
@@ -325,7 +326,8 @@ def _lookup(kind: str, key: str, persist: bool, name: str) -> Entry | None:
 def _store(kind: str, key: str, entry: Entry, persist: bool) -> Entry:
     _MEMORY.put((kind, key), entry)
     if persist:
-        _write(key, kind, entry)
+        with ignored():
+            _write(key, kind, entry)
     return entry
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
+import jax.extend.core as jax_core
 import jax.numpy as jnp
 import numpy as np
 
@@ -138,6 +139,15 @@ def _reverse_error(fn: Callable, primals: Sequence[Any]) -> str | None:
     return None
 
 
+def _as_jaxpr_function(fn: Callable, primals: Sequence[Any]) -> Callable:
+    """``fn`` traced once at the shapes of ``primals``, as a function of arrays."""
+    # A new function object: ``make_jaxpr`` is ``jit``'s trace, whose cache
+    # would serve an earlier trace of ``fn`` without running it again (the
+    # trace cache decides whether a trace is current, not JAX's).
+    closed = jax.make_jaxpr(lambda *arrays: fn(*arrays))(*primals)
+    return lambda *arrays: tuple(jax_core.jaxpr_as_fun(closed)(*arrays))
+
+
 def _forward_jvp(fn: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
     """Outputs and output tangents of ``fn`` from its Jacobians (forward mode)."""
     wrt = _differentiated(primals)
@@ -193,16 +203,16 @@ class ChosenGradient(InnerFunction):
         return differentiated(*arrays)
 
     def _jvp(self, primals: tuple, tangents: tuple):
-        mode = self.mode(primals)
+        mode, fn = self.mode(primals)
         if mode == "reverse":
-            return jax.jvp(self.fn, primals, tangents)
+            return jax.jvp(fn, primals, tangents)
         try:
-            return _forward_jvp(self.fn, primals, tangents)
+            return _forward_jvp(fn, primals, tangents)
         except Exception as error:
             if _FORWARD_FAILS not in str(error):
                 raise
             if self.gradient == "auto":
-                return jax.jvp(self.fn, primals, tangents)
+                return jax.jvp(fn, primals, tangents)
             raise GradientModeError(
                 f"The JAX function {self.name!r} cannot be differentiated in "
                 "forward mode (gradient='forward'): it holds a jax.custom_vjp "
@@ -210,12 +220,17 @@ class ChosenGradient(InnerFunction):
                 "gradient='reverse' or 'auto' to as_jax_op (or OpFromJax)."
             ) from error
 
-    def mode(self, primals: Sequence[Any]) -> str:
+    def mode(self, primals: Sequence[Any]) -> tuple[str, Callable]:
         """``"forward"`` or ``"reverse"`` at these inputs (raises for a forced mode
-        the function cannot do)."""
+        the function cannot do), and ``fn`` to differentiate.
+
+        Where ``"auto"`` must find out whether reverse mode goes through
+        ``fn``, ``fn`` is traced once, to a jaxpr, and both that question and
+        the JVP use the jaxpr: the wrapped Python function runs once per trace.
+        """
         wrt = _differentiated(primals)
         if not any(wrt):
-            return "reverse"  # nothing to differentiate: JAX's own (zero) JVP
+            return "reverse", self.fn  # nothing to differentiate: JAX's own JVP
         if any(jnp.issubdtype(p.dtype, jnp.complexfloating) for p in primals):
             if self.gradient == "forward":
                 raise GradientModeError(
@@ -223,20 +238,24 @@ class ChosenGradient(InnerFunction):
                     "forward-mode gradients (gradient='forward') do not cover: "
                     "pass gradient='reverse' or 'auto'."
                 )
-            return "reverse"
+            return "reverse", self.fn
         if self.gradient == "forward":
-            return "forward"
+            return "forward", self.fn
+        traced: list[Callable] = []
+
+        def probe() -> str | None:
+            traced.append(_as_jaxpr_function(self.fn, primals))
+            return _reverse_error(traced[-1], primals)
+
         shapes = tuple((str(p.shape), np.dtype(p.dtype).name) for p in primals)
         failure = trace_cache.cached(
-            "reverse_mode_error",
-            (self.fn, shapes),
-            lambda: _reverse_error(self.fn, primals),
-            name=self.name,
+            "reverse_mode_error", (self.fn, shapes), probe, name=self.name
         )
+        fn = traced[-1] if traced else self.fn
         if failure is None:
-            return "reverse"
+            return "reverse", fn
         if self.gradient == "auto":
-            return "forward"
+            return "forward", fn
         raise GradientModeError(
             f"The JAX function {self.name!r} cannot be differentiated in reverse "
             f"mode (gradient='reverse'): {failure} (e.g. diffrax's "

@@ -112,6 +112,8 @@ class Project:
         env = {k: v for k, v in os.environ.items() if k != "PYTENSOR_FLAGS"}
         env["PYTHONPATH"] = f"{self.folder / 'startup'}:{self.folder}"
         env["PYTENSORRC"] = str(self.rc)
+        # Every program kept on disk, however fast this machine compiles it.
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
         return env
 
     def start(self, seed: int) -> subprocess.Popen:
