@@ -419,6 +419,9 @@ class _Describer:
         depth = self.active.get(key)
         if depth is not None:
             return f"@{depth}"
+        if len(self.active) > sys.getrecursionlimit() // 8:
+            # Well before Python's limit, where even an audit hook fails.
+            raise RecursionError("nested too deeply to describe")
         self.active[key] = len(self.active)
         try:
             text = method(self, value)

@@ -268,9 +268,22 @@ def _path(value: Any) -> str | None:
     return None if path.startswith(_unnoted_folders()) else path
 
 
+#: Noted in place of a read that the recursion limit kept from being noted:
+#: no file has this path, so the trace's entry is never used.
+_UNNOTED = "<a read while the recursion limit was reached>"
+
+
 def _audit(event: str, args: tuple) -> None:
     if event not in ("open", "os.listdir", "os.scandir"):
         return
+    try:
+        _note_read(event, args)
+    except RecursionError:  # no Python call here: the stack is at its limit
+        for log in getattr(_state, "logs", ()):
+            log.files[_UNNOTED] = "unnoted"
+
+
+def _note_read(event: str, args: tuple) -> None:
     logs = _noting()
     if not logs:
         return

@@ -12,14 +12,13 @@ import os
 import pickle
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _fresh_process import SITECUSTOMIZE
+from _fresh_process import start_python
 from scipy import stats
 
 import pytensor
@@ -96,8 +95,6 @@ class Project:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        (folder / "startup").mkdir(parents=True, exist_ok=True)
-        (folder / "startup" / "sitecustomize.py").write_text(SITECUSTOMIZE)
         (folder / "model.py").write_text(textwrap.dedent(MODEL))
         (folder / "script.py").write_text(textwrap.dedent(SCRIPT))
         # A configuration file, not PYTENSOR_FLAGS: PyTensor would warn about
@@ -108,30 +105,23 @@ class Project:
             "jax_ofg__trace_cache = on\n"
         )
 
-    def environment(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != "PYTENSOR_FLAGS"}
-        env["PYTHONPATH"] = f"{self.folder / 'startup'}:{self.folder}"
-        env["PYTENSORRC"] = str(self.rc)
-        # Every program kept on disk, however fast this machine compiles it.
-        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-        return env
-
-    def start(self, seed: int) -> subprocess.Popen:
+    def start(self, script: str, seed: int) -> subprocess.Popen:
         data = self.folder / f"data{seed}.npy"
         np.save(data, datasets(seed))
-        return subprocess.Popen(
-            [sys.executable, "script.py", str(data)],
-            cwd=self.folder,
-            env=self.environment(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
+        return start_python(
+            [script, str(data)],
+            self.folder,
+            env={
+                "PYTENSOR_FLAGS": "",
+                "PYTENSORRC": str(self.rc),
+                # Every program kept on disk, however fast this machine compiles it.
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            },
         )
 
     def run(self, seed: int) -> tuple[list[int], list[float], dict]:
         """Per fit, the traces counted so far; the values; the cache's counts."""
-        process = self.start(seed)
+        process = self.start("script.py", seed)
         try:
             stdout, stderr = process.communicate(timeout=300)
         except subprocess.TimeoutExpired:
@@ -214,7 +204,7 @@ def test_data_are_island_inputs_and_lengths_stay_in_the_program():
 
 def test_processes_filling_the_cache_at_once_lose_and_corrupt_nothing(project):
     """Four processes write the same entries at once, one killed mid-way."""
-    processes = [project.start(seed) for seed in (11, 12, 13, 14)]
+    processes = [project.start("script.py", seed) for seed in (11, 12, 13, 14)]
     # Kill one as soon as it has started tracing (it writes entries then).
     victim = processes[0]
     deadline = time.monotonic() + 120
@@ -294,17 +284,7 @@ runpy.run_path("script.py", run_name="__main__")
 
 def test_a_process_killed_mid_write_leaves_no_entry_that_is_read(project):
     (project.folder / "half.py").write_text(textwrap.dedent(HALF_WRITE))
-    data = project.folder / "data21.npy"
-    np.save(data, datasets(21))
-    process = subprocess.Popen(
-        [sys.executable, "half.py", str(data)],
-        cwd=project.folder,
-        env=project.environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = project.start("half.py", seed=21)
     try:
         line = ""
         deadline = time.monotonic() + 240
@@ -347,7 +327,7 @@ def test_a_half_written_xla_entry_is_never_read(project):
         data = path.read_bytes()
         path.write_bytes(data[: len(data) // 2])
         halves[path] = len(data) // 2
-    process = project.start(seed=32)
+    process = project.start("script.py", seed=32)
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr[-3000:]
     _, values, _ = parse(stdout)

@@ -465,6 +465,23 @@ def test_a_read_changed_between_two_compiles_gives_the_new_value(
     np.testing.assert_allclose(again, value, rtol=1e-12)
 
 
+def test_a_read_the_recursion_limit_hides_leaves_the_trace_unserved(
+    tmp_path, monkeypatch
+):
+    """A read the audit hook cannot note (no stack left) fails closed."""
+    from pytensor.compile import jax_ofg_reads as reads
+
+    def out_of_stack(event, args):
+        raise RecursionError
+
+    path = tmp_path / "k.txt"
+    path.write_text("2.0")
+    monkeypatch.setattr(reads, "_note_read", out_of_stack)
+    with reads.recording() as log:
+        float(path.read_text())
+    assert log.reads().changed() == f"the file {reads._UNNOTED}"
+
+
 # -------------------------------------------------------------------- verify
 def test_verify_names_the_function_whose_trace_it_cannot_reproduce(monkeypatch):
     """What the key cannot see (random state read while tracing) is caught."""
