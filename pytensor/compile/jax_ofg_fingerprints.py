@@ -419,8 +419,7 @@ class _Describer:
         depth = self.active.get(key)
         if depth is not None:
             return f"@{depth}"
-        if len(self.active) > sys.getrecursionlimit() // 8:
-            # Well before Python's limit, where even an audit hook fails.
+        if len(self.active) > _max_nesting():
             raise RecursionError("nested too deeply to describe")
         self.active[key] = len(self.active)
         try:
@@ -875,12 +874,24 @@ class _Describer:
         Its ``str`` would show auxiliary data by ``repr``, which may be lossy or
         show addresses; the structure itself describes it exactly.
         """
+        return self._tree_node(treedef, 0)
+
+    def _tree_node(self, treedef: Any, depth: int) -> str:
+        if depth > _max_nesting():
+            raise RecursionError("nested too deeply to describe")
         data = treedef.node_data()
         if data is None:
             return "*"
         node_type, aux = data
-        children = ", ".join(self.treedef(c) for c in treedef.children())
-        return f"{self(node_type)}[{self(aux)}]({children})"
+        children = treedef.children()
+        inner = ", ".join(self._tree_node(c, depth + 1) for c in children)
+        return f"{self(node_type)}[{self(aux)}]({inner})"
+
+
+def _max_nesting() -> int:
+    """How deep a description may nest: well before Python's recursion limit,
+    where even an audit hook fails (``Exception ignored in audit hook``)."""
+    return sys.getrecursionlimit() // 8
 
 
 #: function attributes derived from the function (functools.wraps, inspect)
