@@ -9,10 +9,10 @@ notebook restart, script run and sampler worker pays):
 
 1. **Stan's SIR case study through nutpie** (``pm.sample()``'s path): imports,
    build, ``nutpie.compile_pymc_model``, the first draw, 4 chains of 1000 +
-   1000; ours with equinox's default checks (their programs cannot be
-   exported, so JAX traces them in every process), ours with
-   ``EQX_ON_ERROR=nan`` (programs cached), and the same model in pure
-   PyTensor (scan RK4), whose difference is our start-up overhead.
+   1000; ours with equinox's default (raising) checks, whose programs are
+   cached with each check turned into a flag, ours with
+   ``EQX_ON_ERROR=nan``, and the same model in pure PyTensor (scan RK4),
+   whose difference is our start-up overhead.
 2. **The first ``logp_dlogp`` value** of each model, by phase: imports, build
    (for ours: wrapping, i.e. shape traces), PyTensor's rewrites and link
    (Numba compiling or loading), the first call (JAX traces and XLA compiles,
@@ -177,7 +177,7 @@ print(json.dumps(dict(
 NUTPIE_RUNS = [
     ("as_jax_op (diffrax, equinox's checks raise)", "boarding_school", {}),
     (
-        "as_jax_op, EQX_ON_ERROR=nan (programs cached)",
+        "as_jax_op, EQX_ON_ERROR=nan",
         "boarding_school",
         {"EQX_ON_ERROR": "nan"},
     ),
