@@ -27,7 +27,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,11 +149,30 @@ def pinned_release(release: str, direct_url: str | None) -> str | None:
     return f"{release}#{sorted(hashes.items())}" if hashes else None
 
 
-@functools.lru_cache(maxsize=8)
-def _distribution_names(path: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """Top-level import names to the distributions providing them, on ``path``."""
-    names = importlib.metadata.packages_distributions()
-    return {top: tuple(dists) for top, dists in names.items()}
+@functools.lru_cache(maxsize=64)
+def _distributions_in(entry: str) -> tuple[str, ...]:
+    """The names of the distributions installed in the ``sys.path`` entry ``entry``."""
+    return tuple(
+        sorted(
+            {d.metadata["Name"] for d in importlib.metadata.distributions(path=[entry])}
+        )
+    )
+
+
+def _owner_candidates(top: str, file: str) -> Iterator[str]:
+    """Distributions that may have recorded ``file``, the likeliest first.
+
+    Only those installed in a ``sys.path`` entry holding ``file`` (a project
+    folder holds none), the one named after the module first: no scan of
+    every installed distribution (``packages_distributions()`` takes most of
+    a second).
+    """
+    entries = [
+        e for e in {os.path.abspath(p or ".") for p in sys.path} if _under(file, [e])
+    ]
+    yield top
+    for entry in sorted(entries):
+        yield from (name for name in _distributions_in(entry) if name != top)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -177,7 +196,7 @@ def _release_owning(top: str, file: str) -> str | None:
     a module on ``sys.path``) has none: it is user code.
     """
     file, path = os.path.abspath(file), tuple(sys.path)
-    for name in _distribution_names(path).get(top, ()):
+    for name in _owner_candidates(top, file):
         release, files = _recorded_files(name, path)
         if file in files:
             return release
