@@ -270,7 +270,10 @@ def cached[T](
     current = mode()
     on_disk = persist and current != "off"
     try:
-        key = key_of(kind, parts)
+        # What describing reads (source files, installed distributions) is in
+        # the key already: no read of a trace this lookup happens within.
+        with ignored():
+            key = key_of(kind, parts)
     except Undescribable as error:
         uncached(name, kind, str(error))
         return compute()
