@@ -145,7 +145,8 @@ def _as_jaxpr_function(fn: Callable, primals: Sequence[Any]) -> Callable:
     # would serve an earlier trace of ``fn`` without running it again (the
     # trace cache decides whether a trace is current, not JAX's).
     closed = jax.make_jaxpr(lambda *arrays: fn(*arrays))(*primals)
-    return lambda *arrays: tuple(jax_core.jaxpr_as_fun(closed)(*arrays))
+    traced = jax_core.jaxpr_as_fun(closed)
+    return lambda *arrays: tuple(traced(*arrays))
 
 
 def _forward_jvp(fn: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
