@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _fresh_process import start_python
+from _fresh_process import run_python, start_python
 from scipy import stats
 
 import pytensor
@@ -105,30 +105,34 @@ class Project:
             "jax_ofg__trace_cache = on\n"
         )
 
-    def start(self, script: str, seed: int) -> subprocess.Popen:
+    def arguments(self, script: str, seed: int) -> list[str]:
+        """``script`` and the path of a dataset simulated with ``seed``."""
         data = self.folder / f"data{seed}.npy"
         np.save(data, datasets(seed))
+        return [script, str(data)]
+
+    def environment(self) -> dict[str, str]:
+        return {
+            "PYTENSOR_FLAGS": "",
+            "PYTENSORRC": str(self.rc),
+            # Every program kept on disk, however fast this machine compiles it.
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        }
+
+    def start(self, script: str, seed: int) -> subprocess.Popen:
         return start_python(
-            [script, str(data)],
-            self.folder,
-            env={
-                "PYTENSOR_FLAGS": "",
-                "PYTENSORRC": str(self.rc),
-                # Every program kept on disk, however fast this machine compiles it.
-                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-            },
+            self.arguments(script, seed), self.folder, env=self.environment()
         )
 
     def run(self, seed: int) -> tuple[list[int], list[float], dict]:
         """Per fit, the traces counted so far; the values; the cache's counts."""
-        process = self.start("script.py", seed)
-        try:
-            stdout, stderr = process.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            raise
-        assert process.returncode == 0, stderr[-3000:]
-        return parse(stdout)
+        done = run_python(
+            self.arguments("script.py", seed),
+            self.folder,
+            timeout=300,
+            env=self.environment(),
+        )
+        return parse(done.stdout)
 
 
 def parse(stdout: str) -> tuple[list[int], list[float], dict]:
