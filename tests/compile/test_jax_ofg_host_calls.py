@@ -58,6 +58,31 @@ def test_read_only_views_and_writeable_copies():
         np.testing.assert_array_equal(view, copy)
 
 
+def test_ops_that_compute_the_same_share_one_program():
+    """A program is found by what its op computes (the trace cache's key).
+
+    Not by how the outputs are handed on, nor by which of two equal function
+    objects the op holds; another computation gets another program.
+    """
+    vector = pt.vector("x", shape=(3,)).type
+
+    def make(second):
+        return OpFromJax(
+            lambda x: (jnp.sin(x), second(x)), [vector], [vector, vector], name="f"
+        )
+
+    op, twin, other = make(jnp.cos), make(jnp.cos), make(jnp.tan)
+    assert op != twin  # distinct lambdas: PyTensor does not merge the ops
+    assert twin.program is op.program
+    assert op.with_copied_outputs((False, True)).program is op.program
+    assert other.program is not op.program
+    xv = np.array([0.5, -1.0, 2.0])
+    for each, second in ((op, np.cos), (twin, np.cos), (other, np.tan)):
+        first, last = each.host_call(xv)
+        np.testing.assert_allclose(first, np.sin(xv), rtol=1e-15)
+        np.testing.assert_allclose(last, second(xv), rtol=1e-15)
+
+
 # ================================================= copy only when written
 @as_jax_op
 def trig(x):
