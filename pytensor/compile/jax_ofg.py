@@ -1,23 +1,9 @@
 """Wrap JAX functions as PyTensor Ops: the public names, and :func:`install`.
 
-* :func:`as_jax_op` makes a JAX function of pytrees callable with PyTensor
-  variables (:mod:`~pytensor.compile.jax_ofg_wrapper`);
-* :class:`OpFromJax` is the Op itself (:mod:`~pytensor.compile.jax_ofg_op`);
-* :class:`SymbolicCallable` is what a wrapped function returns for a callable;
-* :class:`ShapeInferenceError` is raised when output types cannot be traced;
-* :class:`JaxIsland` is the op the ``jax_islands`` rewrite groups a connected
-  JAX part of a graph into (:mod:`~pytensor.compile.jax_ofg_island`);
-* :func:`runtime_error_counts` and :class:`WrappedFunctionRuntimeWarning` tell
-  of errors raised while wrapped functions ran (:mod:`~pytensor.compile.jax_ofg_errors`).
-
-Importing this module runs :func:`install` once: it is the one place where
-the package acts on the process (registrations with PyTensor, JAX settings,
-hooks into PyMC). Every other module of the package can be imported without
-side effects.
-
-The modules, their layers and what each holds: the guide's developer notes
-("the modules and their layers", ``doc/library/jax_ofg.rst``), which a test
-keeps complete.
+Importing this module runs :func:`install` once, the one place where the
+package acts on the process (registrations with PyTensor, JAX settings, hooks
+into PyMC); every other module imports without side effects. The modules and
+their layers: the guide's developer notes (``doc/library/jax_ofg.rst``).
 """
 
 from __future__ import annotations

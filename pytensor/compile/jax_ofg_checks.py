@@ -1,24 +1,9 @@
 """Equinox's raising checks as a flag: programs that :mod:`jax.export` can keep.
 
-Under equinox's default ``EQX_ON_ERROR=raise``, every ``eqx.error_if`` --
-diffrax's ``throw=True`` among them -- is a ``lax.cond`` whose error branch
-calls back into Python (``jax.pure_callback``) to raise the check's message.
-JAX cannot serialize host callbacks, so such a program cannot be exported,
-and a later process would have to trace it again.
-
-:func:`flag_checks` rewrites the traced program (its jaxpr) so that each such
-callback sets a boolean instead: the program returns its outputs and whether
-a check failed, through conditionals, loops and calls. The caller runs this
-program, and only when the flag is set runs the original, raising program on
-the same inputs -- which raises exactly the error the user would have seen
-(:mod:`~pytensor.compile.jax_ofg_programs`). Nothing else changes: the
-values of a call whose checks pass are the original program's.
-
-A program holding any other host callback (``jax.pure_callback`` of the
-user's, ``jax.debug.print``) cannot be rewritten: :func:`flag_checks` raises
-:class:`NotFlaggable`, saying which.
-
-Registers nothing.
+:func:`flag_checks` rewrites a traced jaxpr so that each ``eqx.error_if``
+callback sets a boolean instead of raising; any other host callback raises
+:class:`NotFlaggable`. Registers nothing. The guide's developer notes, "Host
+calls".
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Where a module's code comes from: the standard library, a pinned release, this project or the user.
 
-The trace cache describes library code by its distribution's release instead
-of its code (:mod:`~pytensor.compile.jax_ofg_fingerprints`), so the release
-must pin the files: a module is *library* code when an installed
-distribution recorded its file (``RECORD``, read through
-:mod:`importlib.metadata`) and that distribution was installed by name from an
-index, or from a VCS commit or an archive of known hash (``direct_url.json``).
-Anything else is *user* code, which is followed: ``__main__``, notebooks,
-scripts, test modules, modules on ``sys.path`` that no distribution owns, a
-checkout shadowing an installed copy, editable and local-directory installs
-(rebuilt under an unchanged version). The standard library is recognised by
-name (``sys.stdlib_module_names``) and location (a module shadowing a stdlib
-name elsewhere is user code). This project's own modules are *project* code:
-their source is in the environment fingerprint
-(:mod:`~pytensor.compile.jax_ofg_environment`).
-
-Registers nothing.
+:func:`module_kind` decides (library code is keyed by its release, user code
+is followed). Registers nothing. The rules: the guide's developer notes, "The
+trace cache".
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Every private API of PyTensor, PyMC, JAX and equinox this package uses, in one place.
 
-Each use is an accessor here, listed in :data:`ENTRIES` with what relies on
-it; :data:`CHECKED` names the releases they were checked against.
-``tests/compile/test_jax_ofg_compat.py`` checks every entry: when a release
-moves or changes one, that test fails naming the entry, before the behaviour
-that needs it fails somewhere less clear. Where an accessor cannot do its job
-it says so (returns None or False), and its caller fails closed: no cache
-entry, no patch, PyTensor's own behaviour.
-
-Registers nothing.
+Each is an accessor listed in :data:`ENTRIES`, checked against the releases in
+:data:`CHECKED` by ``tests/compile/test_jax_ofg_compat.py``; one that cannot
+do its job returns None or False, and its caller fails closed. Registers
+nothing. The guide's developer notes, "Private APIs".
 """
 
 from __future__ import annotations

@@ -1,35 +1,9 @@
 """What PyTensor's shape graphs tell about the unknown dims of a call's inputs.
 
-A wrapped function is traced with the shapes of its inputs (see
-:mod:`pytensor.compile.jax_ofg_shapes`). A dim that is ``None`` in a
-variable's type may still be known to PyTensor:
-
-* its shape graph may fold to a constant (static shape inference);
-* two dims may have the same shape graph (two PyMC variables with the same
-  ``dims`` entry both have ``model.dim_lengths[name]`` as length): they are
-  equal, and are traced as one JAX symbol;
-* its shape graph may depend on constants and shared variables only (PyMC's
-  ``dim_lengths``, ``pm.Data`` shapes), so its *current* length can be
-  computed without evaluating anything that depends on free or random
-  variables. Only that small integer graph is ever evaluated, never the graph
-  whose shape it is.
-
-Registers nothing.
-
-Examples
---------
->>> import numpy as np
->>> import pytensor
->>> import pytensor.tensor as pt
->>> length = pytensor.shared(4, name="n")
->>> x = pt.zeros((length,))
->>> dims = input_dims([x, pt.ones(length) * 2.0, pt.vector("y")])
->>> dims.same_as
-(((0, 0),), ((0, 0),), ((2, 0),))
->>> dims.current_sizes()
-{(0, 0): 4}
->>> print(dims.describe_unknown())
-input 0 (shape (n,), length 4 now), input 1 (shape (n,), length 4 now), y (shape (?,), length unknown)
+Which dims fold to constants, which are equal (one JAX symbol), which are
+*fixed* (computed from constants and shared variables alone, as PyMC's
+``dim_lengths``). Registers nothing. The guide's developer notes, "Shape
+inference, in order", shows :func:`input_dims`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """What every traced program depends on besides its function: the environment.
 
-:func:`environment_fingerprint` digests the Python, jax, jaxlib, PyTensor and
-numpy versions, this project's own source (:func:`project_files`), the JAX
-options that change traced programs, the default backend and the environment
-variables JAX, XLA and equinox read. It is part of every trace-cache key.
-
-Registers nothing.
+:func:`environment_fingerprint` (versions, this project's source, JAX options
+and environment variables) is part of every trace-cache key. Registers
+nothing. The guide's developer notes, "The trace cache".
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Errors raised by JAX code of this package: where they came from, and saying so.
 
-* **Stages**: an error raised while JAX traces gets a note naming the op and a
-  marker saying at which stage it was raised (:func:`mark`, what code decides
-  on). A JAX island falls back to PyTensor only for an error raised while JAX
-  traced *its own lowering*: never for a wrapped function's error, an XLA
-  runtime error or a bad input (see
-  :meth:`~pytensor.compile.jax_ofg_island.JaxIsland.host_function`).
-* **Errors while a program runs** (equinox's checks, diffrax's ``throw=True``,
-  a callback): :func:`report` puts the op and its wrapped functions at the
-  start of the error's message, with what to do, so every sampler shows it;
-  warns once per op and process (a caller such as nutpie may turn the error
-  into a silent rejection); and counts them (:func:`runtime_error_counts`).
-
+:func:`mark` notes an error's stage (which an island's fallback decides on);
+:func:`report` names the op in run-time errors, warns once and counts.
 Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds
-:class:`MuteCallbackLogs` to JAX's callback logger.
+:class:`MuteCallbackLogs` to JAX's callback logger. The guide's developer
+notes, "Errors: stages and reports".
 """
 
 from __future__ import annotations

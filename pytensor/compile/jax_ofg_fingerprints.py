@@ -1,70 +1,9 @@
 """Content keys for traced JAX programs: everything a trace depends on, or nothing.
 
-A traced program (a ``jax.export`` artifact on disk, a jitted function or a
-traced output type in memory) can be reused only while everything it was
-traced from is unchanged. :func:`fingerprint` describes a value -- typically
-an op's inner function -- by all of that:
-
-* Python values exactly (``1``, ``1.0`` and ``True`` differ; floats by
-  ``float.hex``), containers by their items, arrays by dtype, shape and a
-  digest of their content;
-* the user's functions by their code (bytecode, constants, names, nested code
-  objects such as lambdas), closure, defaults, and **the globals their code
-  reads**, followed through the user's own functions, classes, instances and
-  modules (``helpers.rhs``, ``from helpers import rhs``, a helper calling a
-  helper, a method of a user's ``equinox.Module``);
-* code from installed libraries (jax, diffrax, equinox, numpy, ...) by its
-  distribution's name and version instead of its code, and the standard
-  library by name (the Python version is in :func:`~pytensor.compile.jax_ofg_environment.environment_fingerprint`);
-* objects by their state: dataclass fields (equinox modules), instance
-  attributes, pytree children and auxiliary data, what ``pickle`` would save.
-
-A value that cannot be described faithfully (a lock, a generator, an object
-whose state lives in C, a user's C extension, a leaked tracer, code that looks
-globals up dynamically with ``eval`` or ``globals()``) makes the whole
-description undescribable: :func:`fingerprint` returns None and the caller
-traces as it would without a cache. The key may change for reasons that do
-not matter (an over-approximation costs a trace); it never stays equal when
-something that matters changed.
-
-:func:`stable_key` is the same description in a forgiving mode: never None,
-equal in every process for equal values, for keys whose miss is harmless
-(Numba's cache). Where the strict mode gives up, it describes the value by
-type and ``repr`` with addresses removed.
-
-Library or user code: :func:`~pytensor.compile.jax_ofg_code_origin.module_kind`
-decides; the environment (versions, this project's source, JAX options):
-:func:`~pytensor.compile.jax_ofg_environment.environment_fingerprint`.
-
-Over-approximations (a change here changes the key, harmlessly)
----------------------------------------------------------------
-* A function's globals are every name in ``co_names`` of its code and nested
-  code, attribute names included: a global sharing a name with an attribute
-  the code reads is described although the code never reads it.
-* A user module read as a global contributes its attributes named anywhere in
-  the code (or in its string constants, for ``getattr(module, "name")``); a
-  user module met elsewhere (an instance's attribute, a container), or read by
-  code that also calls ``getattr`` or ``vars``, contributes all attributes.
-* User classes contribute their whole ``__dict__``; user instances all their
-  attributes; lists and dicts their order.
-* Line numbers and file names are left out (they only change the location
-  metadata of a traced program), but bytecode changes with any code edit.
-
-Not seen (documented limits)
-----------------------------
-Monkeypatched attributes of library modules, changes to ``builtins``, and
-state a library keeps in its own module globals (the JAX configuration is in
-:func:`~pytensor.compile.jax_ofg_environment.environment_fingerprint`). ``eval``, ``exec``, ``globals()``,
-``__import__``, ``importlib.import_module`` and ``sys.modules`` in user code
-make its key undescribable; so does a local ``import`` of a user module not
-imported yet.
-
-Memoization
------------
-Code objects are immutable: their description, names and imports are
-computed once. Module classifications and distribution versions are computed
-once per module and distribution. Globals, closures, defaults, class
-dictionaries and instance attributes are mutable and are read at every call.
+:func:`fingerprint` describes a value by all it depends on, or returns None
+(then nothing is cached); :func:`stable_key` is its forgiving mode, for
+Numba's cache keys. Registers nothing. What is described, over-approximated
+and not seen: the guide's developer notes, "The trace cache".
 """
 
 from __future__ import annotations

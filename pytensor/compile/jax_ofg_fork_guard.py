@@ -1,15 +1,9 @@
 """Processes forked after JAX started: a clear error instead of a deadlock.
 
-JAX cannot run in a process forked after it started: XLA's thread pool does
-not survive ``fork``, so a computation that needs it waits forever, and JAX
-cannot be re-initialised in the child. An at-fork handler
-(:func:`before_fork`, :func:`after_fork_in_child`) notes in every forked child
-whether JAX had started in its parent; every host call of an op holding JAX
-code checks :data:`forked_after_jax_started` and raises
-:class:`ForkedAfterJaxError`, which says what to use instead.
-
-Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` registers
-the at-fork handlers with :func:`os.register_at_fork`.
+Every host call checks :data:`forked_after_jax_started` and raises
+:class:`ForkedAfterJaxError`. Registers nothing itself:
+:func:`pytensor.compile.jax_ofg.install` registers :func:`before_fork` and
+:func:`after_fork_in_child` with :func:`os.register_at_fork`.
 """
 
 from __future__ import annotations

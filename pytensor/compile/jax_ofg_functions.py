@@ -1,20 +1,9 @@
 """JAX callables over flat arrays: the inner functions of :class:`OpFromJax`.
 
-An :class:`~pytensor.compile.jax_ofg.OpFromJax` runs a JAX function that takes
-flat arrays and returns a tuple of arrays. This module builds those functions:
-
-* :class:`FlatJaxFunction` turns a pytree function called with PyTensor
-  variables, static values and symbolic callables into a function of the flat
-  input arrays (the decorator's inner function).
-* :class:`TupleOutputs` adapts a user's function of flat arrays.
-
-Their JAX transformations (derivatives, ``vmap``) are in
-:mod:`pytensor.compile.jax_ofg_transforms`.
-
-Every class here is a frozen dataclass: equal fields give equal, equally hashed
-functions, which is what makes two equal ops compare equal and merge.
-
-Registers nothing.
+:class:`FlatJaxFunction` (the decorator's: pytrees, static arguments, symbolic
+callables) and :class:`TupleOutputs` (a user's function of flat arrays):
+frozen dataclasses, so equal fields give equal ops, which merge. Registers
+nothing. The guide's developer notes, "From a call to an op".
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Calling a jitted JAX function from PyTensor's host linkers.
 
-Two kinds of ops hold a JAX computation: :class:`~pytensor.compile.jax_ofg_op.OpFromJax`
-(one wrapped function) and :class:`~pytensor.compile.jax_ofg_island.JaxIsland`
-(a connected part of a PyTensor graph lowered by PyTensor's JAX backend). In the
-Python, C VM and Numba linkers both are called the same way, through the
-:class:`JaxHostOp` mixin: one ``jax.jit`` of :meth:`JaxHostOp.jax_callable`,
-shared by equal ops, whose outputs leave XLA packed into one buffer per dtype
-(:mod:`~pytensor.compile.jax_ofg_packing`) and are handed on as NumPy arrays.
-:func:`graph_holds_jax_ops` finds such ops in a graph.
-
-Registers nothing.
+:class:`JaxHostOp`, the mixin of ``OpFromJax`` and ``JaxIsland``: one
+``jax.jit`` of :meth:`JaxHostOp.jax_callable`, shared by equal ops, its
+outputs packed; :func:`graph_holds_jax_ops` finds such ops. Registers
+nothing. The guide's developer notes, "Host calls".
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Run code right after a module is first imported, or now if it already is.
 
-The package adapts two modules it does not import itself, because importing
-them costs start-up time that many processes never need: PyMC's sampling
-modules (their choice of start method, see
-:mod:`~pytensor.compile.jax_ofg_pymc`) and PyTensor's JAX backend
-(``pytensor.link.jax.dispatch``, about a second to import, needed only to
-lower a graph to JAX: a program the trace cache serves needs none).
-:func:`after_import` runs a callback with the module as soon as it exists.
-
-Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` calls
-:func:`after_import`, which adds one finder to :data:`sys.meta_path`.
+For modules too costly to import up front (PyMC's sampling, PyTensor's JAX
+backend). Registers nothing itself: :func:`pytensor.compile.jax_ofg.install`
+calls :func:`after_import`, which adds one finder to :data:`sys.meta_path`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The JAX island Op: a connected part of a PyTensor graph run as one XLA program.
 
-Under the Python, C VM and Numba linkers every :class:`~pytensor.compile.jax_ofg_op.OpFromJax`
-is its own XLA program, and the PyTensor nodes between them (a likelihood
-computed from an ODE trajectory, its gradient) run outside XLA. The
-``jax_islands`` rewrite (:mod:`pytensor.tensor.rewriting.jax_ofg_islands`)
-groups such a part into one :class:`JaxIsland`: an
-:class:`~pytensor.compile.builders.OpFromGraph` whose inner graph is run
-through ``jax.jit`` of PyTensor's own JAX lowering (``jax_funcify``), the same
-code ``mode="JAX"`` runs. Lowering the island needs the JAX dispatch of
-``OpFromJax``, which :func:`pytensor.compile.jax_ofg.install` registers.
-
-Registers nothing.
+:class:`JaxIsland` runs ``jax.jit`` of PyTensor's own JAX lowering of its
+inner graph (which needs ``OpFromJax``'s JAX dispatch); the ``jax_islands``
+rewrite forms it. Registers nothing. The guide's developer notes, "Island
+selection".
 """
 
 from __future__ import annotations

@@ -1,34 +1,8 @@
 """The Op: :class:`OpFromJax`, a JAX function of flat arrays as a PyTensor Op.
 
-:class:`OpFromJax` is an inner-graph Op in the spirit of
-:class:`~pytensor.compile.builders.OpFromGraph`, except that its inner "graph"
-is a JAX callable over flat arrays (:mod:`~pytensor.compile.jax_ofg_functions`).
-It
-
-* infers nothing itself: it is given its input and output types, and, for
-  :meth:`~OpFromJax.infer_shape`, its output dims as expressions over input
-  dims (:mod:`~pytensor.compile.jax_ofg_shapes`);
-* runs a cached ``jax.jit`` of the inner function in the Python, C VM and
-  Numba linkers (:class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp`), and is
-  the inner function itself under the JAX linker
-  (``pytensor/link/jax/dispatch/jax_ofg.py``);
-* differentiates through ``jax.vjp`` / ``jax.jvp``
-  (:mod:`~pytensor.compile.jax_ofg_transforms`), its gradients in the mode its
-  ``gradient`` says (forward mode: Jacobians of a ``vmap`` of the JVP); every
-  route runs the inner function as
-  :class:`~pytensor.compile.jax_ofg_transforms.ChosenGradient`, so the
-  pullback ops, the fused value-and-gradient op and ``jax.grad`` under the
-  JAX linker all take that mode. The derivative ops, and every
-  other op made from an op (vmapped, fused, with inputs baked in), come from
-  one factory, :meth:`OpFromJax.derive`, which carries the name, the types and
-  the dim expressions over.
-
-An op whose output types were found by tracing at the lengths its inputs had
-when the graph was built (see :func:`~pytensor.compile.jax_ofg_shapes.trace_output_types`)
-records them in ``traced_sizes``: its computed outputs are then checked
-against its output dims, and its errors say which lengths changed.
-
-Registers nothing.
+Given its types and output dim expressions (it infers nothing), it makes every
+derived op (derivatives, vmapped, fused) with :meth:`OpFromJax.derive`.
+Registers nothing. The guide's developer notes, "From a call to an op".
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Arrays packed into one flat vector per dtype, and unpacked again.
 
-Two places move a varying number of arrays through a fixed number of
-buffers:
-
-* the host calls (:mod:`~pytensor.compile.jax_ofg_host_op`): every output of an
-  XLA executable is a buffer of its own, with its own Python object and
-  readiness check on the host (about 4 µs each on CPU); packed inside the
-  program, the outputs cross in one buffer per dtype and the host takes each
-  as a view of it;
-* the VJP residuals of value+grad fusion
-  (:mod:`~pytensor.compile.jax_ofg_transforms`): their number and shapes
-  depend on input sizes unknown when the graph is rewritten, so they travel
-  as one vector per dtype.
-
-Registers nothing.
+For the outputs of host calls (one buffer per dtype leaves XLA) and the VJP
+residuals of value+grad fusion (their number and shapes are unknown when the
+graph is rewritten). Registers nothing. The guide's developer notes, "Host
+calls".
 """
 
 from __future__ import annotations

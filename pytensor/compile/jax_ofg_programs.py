@@ -1,31 +1,8 @@
 """The jitted program of a host-called op, traced once across processes.
 
-A :class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp` (an ``OpFromJax``, a
-``JaxIsland``) runs in the Python, C VM and Numba linkers as one jitted JAX
-program per input signature, whose outputs leave XLA packed into one buffer
-per dtype. :class:`Program` builds it so that JAX, when it traces it for a
-signature, first asks the trace cache
-(:mod:`~pytensor.compile.jax_ofg_trace_cache`):
-
-* **hit**: the exported program (serialized StableHLO) is deserialized and
-  called -- the wrapped functions are not traced, and XLA finds the compiled
-  program in its persistent cache;
-* **miss**: the function is traced once (what it reads recorded), exported,
-  stored, and the export called, so this process compiles the very program
-  later ones will ask XLA's cache for;
-* **equinox's raising checks** (``eqx.error_if``, diffrax's ``throw=True``)
-  are host callbacks, which :mod:`jax.export` refuses: the program is exported
-  with each check setting a flag instead (:mod:`~pytensor.compile.jax_ofg_checks`).
-  A call whose flag is set runs the original program on the same inputs,
-  which raises the error the user would have seen;
-* **other host callbacks** (``jax.pure_callback``, ``jax.debug.print``): the
-  program cannot be exported and is traced in every process, as without a
-  cache (counted as uncached in ``trace_cache_info()``, with the reason).
-
-Calls take JAX's compiled fast path: per call nothing is added but, for a
-program with checks, reading its flag.
-
-Registers nothing.
+:class:`Program` asks the trace cache before JAX traces: a hit calls the
+exported program; a miss traces, exports, stores and calls the export.
+Registers nothing. The guide's developer notes, "Host calls".
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """PyMC picks a start method that does not deadlock for models holding JAX ops.
 
-JAX cannot run in a process forked after it started (see
-:mod:`~pytensor.compile.jax_ofg_fork_guard`, whose at-fork handlers make every
-host call in such a process raise a clear error). When ``pm.sample`` or
-``pm.sample_smc`` runs chains in processes, the user gave no ``mp_ctx`` and the
-model holds JAX ops, PyMC's choice of ``fork`` becomes ``forkserver``
-(``spawn`` where there is no forkserver). PyMC does the same on its own only
-when the compile mode is JAX. Other models, an explicit ``mp_ctx`` and the rest
-of the program's multiprocessing are left alone. The PyMC internals this relies
-on are checked and left as they are when they have moved (the at-fork error
-still prevents the deadlock); ``tests/compile/test_jax_ofg_processes.py`` fails
-when they do.
-
-Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` calls
-:func:`install_pymc_start_method_choice`.
+``forkserver``, not ``fork``, when ``pm.sample`` or ``pm.sample_smc`` runs
+such a model's chains in processes without an ``mp_ctx``. Registers nothing
+itself: :func:`pytensor.compile.jax_ofg.install` calls
+:func:`install_pymc_start_method_choice`. The guide's developer notes,
+"Deferred imports and PyMC's start method".
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """What a trace reads from outside the program: environment variables and files.
 
-A JAX trace runs the user's Python code, and what that code reads from the
-process -- ``float(os.environ["K"])``, ``np.load("weights.npy")`` -- shapes
-the traced program as much as its globals do, yet no description of the code
-can see it. While a trace runs under :func:`recording`, every such read made
-by the tracing thread is noted:
-
-* environment variables read through ``os.environ`` (``os.getenv``,
-  ``environ.get``, ``in``, ``[]``), with their values (or their absence);
-  listing the environment notes the set of names;
-* files that Python code opens (``open``, ``np.load``, ``np.loadtxt``,
-  ``pandas.read_csv``: everything that raises Python's ``open`` audit event),
-  by a digest of their content; folders it lists (``os.listdir``,
-  ``os.scandir``, ``glob``), by a digest of their names. Files of the Python
-  installation and of installed packages (code that a lazy import reads,
-  pinned by the versions in the key) and the system's (``/proc``, ``/sys``,
-  ``/dev``) are not noted.
-
-The :class:`Reads` of a trace are kept with what the trace produced, and
-:meth:`Reads.changed` tells, before it is used again, whether any of them
-would now read differently. Not seen: what C code reads without Python's
-``open`` (a C extension's own file I/O), the clock, random state.
-
-:func:`install` (run by :func:`pytensor.compile.jax_ofg.install`) adds the
-audit hook and the environment's read notes, once per process; both cost a
-thread-local lookup when nothing is recorded.
+Noted while a trace runs under :func:`recording`; :meth:`Reads.changed` tells
+whether they would now read differently. :func:`install` (run by
+:func:`pytensor.compile.jax_ofg.install`) adds the audit hook. What is seen:
+the guide's developer notes, "The trace cache".
 """
 
 from __future__ import annotations

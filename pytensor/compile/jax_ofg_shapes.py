@@ -1,38 +1,8 @@
 """Output types of a JAX function, found by tracing it, never by running the graph.
 
-What PyTensor knows about the input dims comes first (see
-:mod:`pytensor.compile.jax_ofg_dims`). Then, in order (each step only when
-the one before cannot answer):
-
-1. Input dims that are static in the PyTensor types, or that PyTensor's static
-   shape inference proves constant, are traced as they are.
-2. Unknown dims are traced as JAX *symbolic* dimensions, one symbol per input
-   dim, named ``s{input}_{dim}``; dims that PyTensor's shape graphs prove
-   equal (two PyMC variables over the same ``dims`` entry) share the symbol
-   of the first. Output dims come back as integers or as expressions over
-   those symbols (``2*s0_0``, ``min(s0_0, 3)``); the expressions let
-   :meth:`OpFromJax.infer_shape` give output shapes in terms of input shapes.
-   JAX assumes symbolic dims are at least 1, so the expressions are clamped
-   at 0 and checked against one more trace with every unknown dim set to 0;
-   an expression that disagrees there is dropped (the dim is then read off
-   the computed output at run time).
-3. Some JAX code needs concrete sizes. It is then traced with the unknown
-   dims whose lengths PyTensor can compute from constants and shared
-   variables (PyMC's ``dim_lengths``, ``pm.Data`` shapes) at their *current*
-   lengths, and with every unknown dim set to each of several stand-in
-   sizes. Output dims equal in all the traces that succeed (at least two)
-   are static, the others unknown.
-   When only the current lengths trace, the function itself pins them (an
-   interpolation of knot values at fixed knot times): it cannot run at any
-   other length, so that trace's output dims hold whenever it runs. An output
-   dim equal to a current length is then that input dim (an expression, not a
-   static size), and the op records the lengths it was traced at: a graph
-   built at other lengths is traced again, and a computed output that
-   contradicts its dims is a clear error naming the function and the dim.
-4. Otherwise a :class:`ShapeInferenceError` names the inputs of unknown size
-   (by PyMC ``dims`` and current lengths), what was tried, and what to do.
-
-Registers nothing.
+Static dims as they are, then symbolic dims, then current lengths and
+stand-in sizes; otherwise :class:`ShapeInferenceError`. Registers nothing.
+The steps and why: the guide's developer notes, "Shape inference, in order".
 """
 
 from __future__ import annotations

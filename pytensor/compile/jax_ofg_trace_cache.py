@@ -1,43 +1,9 @@
 """The trace cache: results of JAX traces, kept in memory and on disk, never stale.
 
-JAX's persistent cache keeps *compiled* programs, but every process still
-traces the wrapped functions: their output types when a graph is built, and
-each host-called program (an island, a lone op) at its first call -- seconds
-for a diffrax solve and its VJP. :func:`cached` keeps what a trace produced:
-
-* in memory, for this process (a notebook builds the same model again);
-* on disk under PyTensor's ``compiledir`` (``compiledir/jax_ofg_traces``), for
-  later processes: programs exported with :mod:`jax.export` (see
-  :mod:`~pytensor.compile.jax_ofg_programs`), output types, VJP residual
-  dtypes, island selections.
-
-**Sound by construction.** An entry is found by a key describing everything
-the trace depends on that can be known before it runs
-(:func:`~pytensor.compile.jax_ofg_fingerprints.fingerprint`: code, closures,
-the globals the code reads, static arguments, library versions; and the
-environment: JAX's version and configuration, this package's source), and it
-holds what the trace *read* while it ran (:mod:`~pytensor.compile.jax_ofg_reads`:
-environment variables, files). An entry is used only when its reads still
-read the same; otherwise the trace runs again and replaces it. A function
-whose key cannot be described is not cached at all (**fail closed**): it is
-traced as without a cache, counted in :func:`trace_cache_info` with the
-reason, and logged at debug level by the ``pytensor.compile.jax_ofg`` logger.
-
-**Checked at scale.** With the flag ``jax_ofg__trace_cache=verify`` every hit
-is traced again anyway and compared with the entry; a difference raises
-:class:`StaleTraceError` naming the function and what differs. The test suite
-runs with it.
-
-The flag ``jax_ofg__trace_cache`` (a PyTensor flag) is ``on`` (default),
-``off`` (``False``: nothing is read from or written to disk; within a process
-traces are still shared, as JAX's own caches share them) or ``verify``. Disk writes are atomic (a temporary file in the same folder, then
-:func:`os.replace`), so processes filling the cache at once all work; an entry
-that cannot be read is a miss; the folder is kept under :data:`MAX_BYTES` by
-removing the least recently written entries. :func:`clear_trace_cache`
-empties it.
-
-Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
-flag (:func:`add_config_flag`).
+:func:`cached` uses an entry only while its key and what its trace read are
+unchanged; what cannot be keyed is not cached. Registers nothing itself:
+:func:`pytensor.compile.jax_ofg.install` adds the flag ``jax_ofg__trace_cache``
+(:func:`add_config_flag`). The guide's developer notes, "The trace cache".
 """
 
 from __future__ import annotations

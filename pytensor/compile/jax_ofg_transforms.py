@@ -1,37 +1,9 @@
 """JAX transformations of inner functions: derivatives and ``vmap``.
 
-Each class here wraps an inner function of
-:class:`~pytensor.compile.jax_ofg.OpFromJax` (flat arrays in, tuple of arrays
-out) into another one, so the derivative or batched op is again an
-:class:`~pytensor.compile.jax_ofg.OpFromJax`:
-
-* :class:`ChosenGradient`: the function itself, differentiated in the mode
-  its op chose (``gradient="auto" | "forward" | "reverse"``): a
-  :func:`jax.custom_jvp` whose rule is either JAX's own JVP (so reverse mode
-  is JAX's reverse mode) or, in forward mode, the Jacobian from a ``vmap`` of
-  the JVP over the basis of the input directions, contracted with the
-  tangents. Reverse mode through that rule transposes only the contraction:
-  every pullback built on it (below), and ``jax.grad`` of a whole graph under
-  the JAX linker, is forward mode, with the Jacobians as residuals.
-* :class:`VJPFunction` and :class:`JVPFunction`: reverse and forward mode.
-* :class:`VJPForward` and :class:`VJPFromResiduals`: reverse mode split in
-  two, so value and gradient share one forward pass. The forward also returns
-  the residuals of ``jax.vjp`` (what the pullback needs), packed into one
-  vector per dtype; the backward unpacks them instead of running the forward
-  again.
-* :class:`ValueAndVJP`: value and pullback in one program, when the
-  cotangents do not depend on the value.
-* :class:`VmapFunction`: the function mapped over leading batch dims.
-
-All are frozen dataclasses: equal fields make equal functions, hence equal
-ops that PyTensor merges.
-
-Within one trace of a whole graph (a JAX island), a forward node and its
-pullback nodes share one :func:`jax.vjp` through :class:`SharedPullbacks`;
-:func:`find_forward` pairs a pullback node with its forward, for that and for
-the value+grad fusion rewrite.
-
-Registers nothing.
+Each class wraps an inner function into another, so a derivative or batched
+op is again an ``OpFromJax``; :class:`ChosenGradient` makes every route take
+the op's gradient mode. Registers nothing. The guide's developer notes,
+"Derivatives and vmap".
 """
 
 from __future__ import annotations

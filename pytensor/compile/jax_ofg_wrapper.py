@@ -1,18 +1,8 @@
 """The decorator: :func:`as_jax_op`, and the :class:`SymbolicCallable`\\ s it returns.
 
-:func:`as_jax_op` makes a JAX function of pytrees callable with PyTensor
-variables. It flattens the call's ``(args, kwargs)``, bakes non-symbolic
-leaves in as static arguments (:class:`~pytensor.compile.jax_ofg_functions.FlatJaxFunction`),
-finds the output types by tracing (:mod:`~pytensor.compile.jax_ofg_shapes`,
-with what PyTensor knows of the input dims: :mod:`~pytensor.compile.jax_ofg_dims`),
-builds one :class:`~pytensor.compile.jax_ofg_op.OpFromJax` per call signature
-and rebuilds the output pytree with PyTensor variables at its array leaves.
-Callables in the output become :class:`SymbolicCallable`\\ s, which other
-wrapped functions compose.
-
 Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` registers
 :func:`not_a_tensor` for :class:`SymbolicCallable` with PyTensor's
-``as_tensor_variable``.
+``as_tensor_variable``. The guide's developer notes, "From a call to an op".
 """
 
 from __future__ import annotations

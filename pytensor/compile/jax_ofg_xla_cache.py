@@ -1,26 +1,10 @@
 """Compiled XLA programs cached on disk, next to PyTensor's own cache.
 
-PyTensor keeps compiled C and Numba code under ``config.compiledir``, so a
-model's second process starts fast. The XLA programs of wrapped JAX functions
-(and of JAX islands) would be compiled again in every process: this module
-turns on JAX's persistent compilation cache in ``compiledir/jax_ofg_xla``
-when this package is imported, unless
-
-* the user configured a cache directory for JAX (``jax_compilation_cache_dir``
-  or ``JAX_COMPILATION_CACHE_DIR``): theirs wins; or
-* JAX's cache is switched off (``JAX_ENABLE_COMPILATION_CACHE=false``), or
-  the PyTensor flag ``jax_ofg__xla_cache`` is (in ``.pytensorrc``, or
-  ``PYTENSOR_FLAGS=jax_ofg__xla_cache=False``, of which PyTensor warns that it
-  does not recognise the flag: it is registered after PyTensor is imported,
-  and it does take effect).
-
-Programs that took at least :data:`MIN_COMPILE_SECONDS` to compile are kept
-(JAX's default is one second, which leaves out most single wrapped functions),
-unless ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` says otherwise.
-
+JAX's persistent compilation cache, in ``compiledir/jax_ofg_xla`` unless the
+user configured JAX's cache or switched it or ``jax_ofg__xla_cache`` off.
 Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
-flag (:func:`add_config_flag`) and configures the cache
-(:func:`configure_xla_cache`).
+flag (:func:`add_config_flag`) and calls :func:`configure_xla_cache`. The
+guide, "Start-up: cached like the rest of PyTensor".
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Value and gradient in one pass, and constants baked into the JAX function.
 
-* :func:`fuse_value_and_vjp`: when a graph holds an op and its pullback on the
-  same inputs (every ``logp_dlogp`` function PyMC compiles), the forward op
-  also returns the VJP residuals and the pullback consumes them, so the
-  forward JAX computation runs once per call instead of twice; when the
-  cotangents do not depend on the forward outputs, both become one
-  ``jax.value_and_grad``-like op. Pairs that the ``jax_islands`` rewrite will
-  put in one island are left alone: inside it they share one ``jax.vjp``.
-* :func:`bake_constant_inputs`: small constant inputs (``pt.grad``'s
-  cotangent ``1.0``) become part of the JAX function, which XLA folds.
-
-Registered by :func:`pytensor.compile.jax_ofg.install`: both in ``optdb``, as
-``jax_ofg_fuse_value_and_vjp`` (:class:`FuseValueAndVJP`) and
-``jax_ofg_bake_constant_inputs``.
+Registered by :func:`pytensor.compile.jax_ofg.install` in ``optdb``:
+:class:`FuseValueAndVJP` as ``jax_ofg_fuse_value_and_vjp``, and
+:func:`bake_constant_inputs` as ``jax_ofg_bake_constant_inputs``. The guide's
+developer notes, "Derivatives and vmap".
 """
 
 from __future__ import annotations

@@ -1,49 +1,9 @@
 """The ``jax_islands`` rewrite: one XLA program per connected JAX part of a graph.
 
-Under the Python, C VM and Numba linkers, a graph holding
-:class:`~pytensor.compile.jax_ofg_op.OpFromJax` nodes calls into JAX once per
-such node, and the PyTensor nodes between them run outside XLA. This rewrite
-finds **islands**: connected, convex sets of nodes holding at least one
-``OpFromJax`` together with neighbouring nodes that PyTensor's JAX backend
-lowers, and replaces each by one
-:class:`~pytensor.compile.jax_ofg_island.JaxIsland`.
-
-A node may join an island only if
-
-* PyTensor's JAX backend lowers it (``jax_funcify`` succeeds for it without a
-  warning), once its *fixed* inputs are constants: lengths computed from
-  constants and shared variables alone (PyMC's ``dim_lengths``; see
-  :func:`~pytensor.compile.jax_ofg_dims.is_fixed`), which an island takes as
-  static inputs and its lowering specializes to (so PyMC's ``Split`` of a
-  raveled point by dim lengths joins);
-* it is no random variable, and destroys none of its inputs;
-* it is no assertion, unless what it checks is fixed: JAX's lowering drops
-  assertions, but one on lengths is decided when the island is specialized
-  (:meth:`~pytensor.compile.jax_ofg_island.JaxIsland.specialize`);
-* its inputs and outputs are tensors (constants of other types stay
-  inside), unless it computes fixed values (``ScalarFromTensor`` of a length);
-  an island whose boundary would carry another type is not formed;
-
-Constant arrays (size 2 or more) whose values decide no shape -- a PyMC
-model's observed data, an index vector -- are inputs of the island, not
-part of its program (:func:`is_data`): one program serves every dataset of
-a model, traced and compiled once. Scalars, and constants that decide
-shapes (the shape of a ``Reshape``, the lengths of a ``Split``), which JAX
-needs concrete, stay in the program.
-
-An island stays *convex*: no path leaves it and comes back, so replacing
-it by one node cannot create a cycle. A node that must stay out splits the
-island. Islands with a single node are left alone.
-
-Island selection runs once per graph and costs time linear in its size (up
-to bitset operations): reachability comes from PyTensor's own
-:func:`~pytensor.graph.rewriting.reachability.ancestor_bitsets`, an island's
-frontier is kept as it grows, and each node's JAX lowering is probed once.
-
-Registered by :func:`pytensor.compile.jax_ofg.install`: :data:`form_jax_islands`
-in ``optdb`` under the names ``jax_islands`` and ``fusion`` (JAX and the other
-functional backends exclude ``fusion``: there the whole graph is one program
-already); ``mode.excluding("jax_islands")`` turns it off.
+Registered by :func:`pytensor.compile.jax_ofg.install`:
+:data:`form_jax_islands` in ``optdb`` as ``jax_islands`` and ``fusion``. What
+may join an island, and the cost: the guide's developer notes, "Island
+selection".
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Read-only outputs: only outputs that may be written are copied out of JAX.
 
-JAX returns read-only buffers; copying every output costs time on every
-call. After all other rewrites (in-place ones included), :class:`ReadOnlyOutputs`
-gives each :class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp` node the op
-that copies only the outputs that must be private, writeable copies
-(:func:`writable_flags`, the op's ``copied_outputs``); the host call hands on
-the others as read-only views.
-
-Registered by :func:`pytensor.compile.jax_ofg.install`: :class:`ReadOnlyOutputs`
-in ``optdb`` as ``jax_ofg_readonly_outputs``.
+Registered by :func:`pytensor.compile.jax_ofg.install`:
+:class:`ReadOnlyOutputs` in ``optdb`` as ``jax_ofg_readonly_outputs``, after
+all other rewrites. The guide's developer notes, "Host calls".
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
 """Vectorization of :class:`~pytensor.compile.jax_ofg_op.OpFromJax`: ``jax.vmap``, not a loop.
 
-``vectorize_graph`` of an ``OpFromJax`` gives one op whose inner function is
-``jax.vmap``-ed (:func:`vmap_node`), not a
-:class:`~pytensor.tensor.blockwise.Blockwise` looping in Python; a
-``Blockwise(OpFromJax)`` built by another route is rewritten the same way
-(:func:`vmap_blockwise`).
-
 Registered by :func:`pytensor.compile.jax_ofg.install`:
 :func:`vectorize_op_from_jax` for ``OpFromJax`` with PyTensor's
 ``_vectorize_node``, and :func:`vmap_blockwise` in ``optdb`` as

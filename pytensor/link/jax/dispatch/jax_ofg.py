@@ -1,26 +1,9 @@
 """JAX linker: an :class:`~pytensor.compile.jax_ofg_op.OpFromJax` is its own inner function.
 
-No host callback and no nested ``jit``: the inner function is traced into the
-graph's single XLA computation, nested wrapped functions included. An error
-raised while JAX traces it is noted with the op's name and marked as a
-wrapped function's (:mod:`~pytensor.compile.jax_ofg_errors`); errors raised
-later, by the compiled XLA program, cannot be traced back to one op.
-
-A graph lowered as a whole (a :class:`~pytensor.compile.jax_ofg_island.JaxIsland`)
-may pass :class:`~pytensor.compile.jax_ofg_transforms.SharedPullbacks`: an op
-and its pullback on the same inputs then share one :func:`jax.vjp` in the
-trace, so the value and the gradient cost one forward pass without packing
-residuals.
-
-A function compiled with ``mode="JAX"`` has no host call: when its graph holds
-wrapped functions it is a :class:`ForkCheckedFunction`, which refuses to run in
-a process forked after JAX started (see
-:mod:`~pytensor.compile.jax_ofg_fork_guard`) and names the wrapped functions
-in its errors.
-
 Registered by :func:`pytensor.compile.jax_ofg.install`:
-:func:`jax_funcify_OpFromJax` for ``OpFromJax`` with PyTensor's ``jax_funcify``,
-and :func:`install_jax_linker_check`.
+:func:`jax_funcify_OpFromJax` with PyTensor's ``jax_funcify``, and
+:func:`install_jax_linker_check` (:class:`ForkCheckedFunction`). The guide's
+developer notes, "The JAX linker".
 """
 
 from __future__ import annotations

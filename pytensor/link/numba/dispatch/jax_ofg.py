@@ -1,27 +1,10 @@
 """Numba linker: ops holding a JAX computation call their jitted function in object mode.
 
-:class:`~pytensor.compile.jax_ofg_op.OpFromJax` and
-:class:`~pytensor.compile.jax_ofg_island.JaxIsland` enter object mode once per
-call and go to the op's host function
-(:meth:`~pytensor.compile.jax_ofg_host_op.JaxHostOp.host_function`).
-
-The compiled body holds no Python closure, so PyTensor can cache it on disk:
-the object-mode block calls the module-level :func:`call_host_function` with
-a constant key, which finds the host function in a registry filled when the
-graph is compiled in this process (:func:`register`). A body served from the
-cache therefore always runs the function of the op being compiled now, never
-one from the process that wrote the cache; and the registry never lets two
-different ops of one process share a key.
-
-A graph that is one such op (a whole ``logp_dlogp`` made one island) skips
-Numba: its thunk calls the host function itself
-(:func:`install_direct_host_thunk`).
-
 Registered by :func:`pytensor.compile.jax_ofg.install`:
-:func:`numba_funcify_JaxHostOp` (with its cache key) for
-:class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp` with PyTensor's
-``numba_funcify``, the module of the compiled bodies in ``sys.modules``
-(:func:`bodies_module`), and the direct thunk in ``NumbaLinker``.
+:func:`numba_funcify_JaxHostOp` with ``numba_funcify`` (a body without
+closures, which PyTensor caches on disk: :func:`call_host_function`,
+:func:`register`), :func:`bodies_module` and :func:`install_direct_host_thunk`.
+The design: the guide's developer notes, "Host calls".
 """
 
 from __future__ import annotations
