@@ -170,7 +170,7 @@ class _Rewriter:
         return lax.while_loop(cond, body, (list(carry), _false()))
 
     def _scan(self, params: dict, inputs: list) -> tuple[list, Any]:
-        n_consts, n_carry = params["num_consts"], params["num_carry"]
+        n_consts, n_carry = compat.scan_counts(params)
         consts = inputs[:n_consts]
         carry = inputs[n_consts : n_consts + n_carry]
         xs = inputs[n_consts + n_carry :]

@@ -25,6 +25,7 @@ ENTRIES: dict[str, str] = {
     "jax.jit(f)._jit_info": "describing a jax.jit-ed function by f and options",
     "jax._src.xla_bridge.backends_are_initialized": "the fork guard",
     "JaxRuntimeError._error_message": "naming the wrapped function in XLA errors",
+    "scan's params ft_in (jax._src.flattree)": "equinox checks inside lax.scan",
     "jax._src.callback (logger)": "muting JAX's log of a callback that raised",
     "equinox._errors._error.<locals>.raises/tpu_msg": "exporting equinox checks",
     "equinox.internal.primitive_finalisations": "checks inside lineax solves",
@@ -77,6 +78,19 @@ def prepend_to_runtime_error(error: BaseException, line: str) -> None:
 
 #: The logger JAX reports failed host callbacks to.
 CALLBACK_LOGGER = "jax._src.callback"
+
+
+def scan_counts(params: dict) -> tuple[int, int]:
+    """How many of a ``scan`` equation's inputs are constants, and how many its carry.
+
+    JAX 0.12 gives them as ``ft_in``, a flat tree (private) of the constants,
+    the carry and the scanned inputs; older JAX as ``num_consts`` and
+    ``num_carry``.
+    """
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = params["ft_in"].elts
+    return len(list(consts)), len(list(carry))
 
 
 # -------------------------------------------------------------------- equinox

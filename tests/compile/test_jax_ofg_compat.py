@@ -98,6 +98,30 @@ def _check_callback_logger() -> None:
     )
 
 
+def _check_scan_counts() -> None:
+    import jax
+    from jax import lax
+
+    def scanned(x, w, xs):
+        def step(carry, xi):
+            a, b = carry
+            return (a * w + xi, b + a), a
+
+        return lax.scan(step, (x, x), xs)
+
+    jaxpr = jax.make_jaxpr(scanned)(1.0, 2.0, jax.numpy.ones(3))
+    (equation,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+    try:
+        counts = compat.scan_counts(equation.params)
+    except Exception as error:
+        counts = error
+    _require(
+        counts == (1, 2),
+        "scan's params ft_in",
+        f"a scan's constants and carry are no longer counted so (got {counts!r})",
+    )
+
+
 def _check_equinox_check() -> None:
     import equinox as eqx
     import jax
@@ -233,6 +257,7 @@ CHECKS = {
     "jax.jit(f)._jit_info": _check_jit_info,
     "jax._src.xla_bridge.backends_are_initialized": _check_jax_started,
     "JaxRuntimeError._error_message": _check_runtime_error_message,
+    "scan's params ft_in (jax._src.flattree)": _check_scan_counts,
     "jax._src.callback (logger)": _check_callback_logger,
     "equinox._errors._error.<locals>.raises/tpu_msg": _check_equinox_check,
     "equinox.internal.primitive_finalisations": _check_equinox_implementation,

@@ -610,3 +610,37 @@ def test_equinox_checks_are_served_and_raise_as_before(tmp_path):
     assert uncached["ERROR"][1] == first["ERROR"][1] == second["ERROR"][1]
     assert "maximum number of solver steps" in second["ERROR"][1]
     assert "decay(max_steps=64)" in second["ERROR"][1]
+
+
+def test_equinox_checks_inside_a_scan_become_a_flag():
+    """The flagged program computes what JAX does, and flags a failed check.
+
+    A scan with constants, a pytree carry and scanned inputs (JAX 0.12 lays
+    their counts out as ``ft_in``; this raised ``KeyError: 'num_consts'`` and
+    left such programs uncached).
+    """
+    import equinox as eqx
+    import jax
+    from jax import lax
+
+    from pytensor.compile.jax_ofg_checks import flag_checks, holds_host_callbacks
+
+    def f(x, w, xs):
+        def step(carry, xi):
+            a, b = carry
+            a = eqx.error_if(a, a > 100.0, "too big")
+            return (a * w + xi[0], b + xi[1]), a + w
+
+        return lax.scan(step, (x, 2.0 * x), (xs, 3.0 * xs))
+
+    args = (1.0, 2.0, jnp.arange(4.0))
+    jaxpr = jax.make_jaxpr(f)(*args)
+    assert holds_host_callbacks(jaxpr)
+    outputs, failed = flag_checks(jaxpr)(*args)
+    want = jax.tree_util.tree_leaves(f(*args))
+    assert len(outputs) == len(want)
+    for got, expected in zip(outputs, want):
+        np.testing.assert_allclose(got, expected, rtol=1e-15)
+    assert not bool(failed)
+    _, failed = flag_checks(jaxpr)(50.0, 2.0, jnp.arange(4.0))
+    assert bool(failed)
