@@ -94,23 +94,26 @@ class JaxHostOp:
     def program(self) -> Program:
         """The jitted program (through the trace cache), shared by equal ops.
 
-        Looked up when a function is compiled, never per call, by what the op
-        computes now: its fingerprint, the trace cache's key, without
-        :attr:`copied_outputs` (how the host call hands outputs on). Equal
-        ops, and ops that compute the same, share one program; a global
-        edited since gives another; a program whose traces read an
-        environment variable or a file that changed since is replaced.
+        Looked up when a function is compiled, never per call: by the op
+        without :attr:`copied_outputs` (how the host call hands outputs on)
+        and what its wrapped functions compute now (a global edited since
+        gives another program). The op stays in the key: two functions that
+        describe alike may still hold different objects (a callback's
+        target). A program whose traces read an environment variable or a
+        file that changed since is replaced.
         """
+        base = self.with_copied_outputs(None)
         try:
-            op_print = fingerprint_or_raise(self.with_copied_outputs(None))
+            op_print = fingerprint_or_raise(base)
         except Undescribable as error:
             names = ", ".join(self.wrapped_function_names())
             trace_cache.uncached(names, "program", str(error))
             return self._new_program(None)
-        program = PROGRAMS.peek(op_print)
+        key = (base, op_print)
+        program = PROGRAMS.peek(key)
         if program is None or not program.is_current():
             program = self._new_program(op_print)
-            PROGRAMS.put(op_print, program)
+            PROGRAMS.put(key, program)
         return program
 
     def _new_program(self, op_print: str | None) -> Program:
