@@ -33,8 +33,9 @@ def _is_callback(equation: Any) -> bool:
 
 
 def _jaxprs_in(params: dict) -> Iterator[Any]:
+    # Tuple subclasses too: custom_linear_solve keeps its jaxprs in a namedtuple.
     for value in params.values():
-        for item in value if type(value) in (tuple, list) else (value,):
+        for item in value if isinstance(value, (tuple, list)) else (value,):
             if isinstance(item, jax_core.Jaxpr):
                 yield item
 

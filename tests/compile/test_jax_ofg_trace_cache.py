@@ -644,3 +644,46 @@ def test_equinox_checks_inside_a_scan_become_a_flag():
     assert not bool(failed)
     _, failed = flag_checks(jaxpr)(50.0, 2.0, jnp.arange(4.0))
     assert bool(failed)
+
+
+def test_equinox_checks_inside_a_linear_solve_and_a_while_loop_become_a_flag():
+    """Checks in a linear solve's solve and in a while loop's body are flagged.
+
+    ``custom_linear_solve`` keeps its jaxprs in a namedtuple, which the search
+    for callbacks skipped: such a program was never flagged, so never cached.
+    """
+    import equinox as eqx
+    import jax
+    from jax import lax
+
+    from pytensor.compile.jax_ofg_checks import flag_checks, holds_host_callbacks
+
+    def f(a, b):
+        def solve(matvec, rhs):
+            x = jnp.linalg.solve(a, rhs)
+            return eqx.error_if(x, x[0] > 100.0, "too big")
+
+        x = lax.custom_linear_solve(lambda v: a @ v, b, solve)
+
+        def body(state):
+            i, total = state
+            total = eqx.error_if(total, total > 1e3, "diverged")
+            return i + 1, total + x.sum()
+
+        return x, lax.while_loop(lambda s: s[0] < 3, body, (0, 0.0))[1]
+
+    a = jnp.array([[2.0, 1.0], [0.5, 3.0]])
+    args = (a, jnp.array([1.0, 2.0]))
+    jaxpr = jax.make_jaxpr(f)(*args)
+    assert holds_host_callbacks(jaxpr)
+    outputs, failed = flag_checks(jaxpr)(*args)
+    want = jax.tree_util.tree_leaves(f(*args))
+    assert len(outputs) == len(want)
+    for got, expected in zip(outputs, want):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert not bool(failed)
+    for bad_b in (jnp.array([1e3, 0.0]), jnp.array([500.0, 0.0])):
+        with pytest.raises(Exception, match=r"too big|diverged"):
+            jax.block_until_ready(f(a, bad_b))
+        _, failed = flag_checks(jaxpr)(a, bad_b)
+        assert bool(failed)
