@@ -138,39 +138,22 @@ class Entry:
 
 
 class BoundedCache:
-    """A thread-safe LRU mapping whose values are built on a miss.
-
-    Two threads missing the same key may both build; the first value stored
-    wins and both get it.
+    """A thread-safe LRU mapping: the least recently used entry goes first.
 
     Examples
     --------
     >>> cache = BoundedCache(2)
-    >>> cache.get("a", lambda: 1), cache.get("a", lambda: 2)
-    (1, 1)
-    >>> _ = cache.get("b", lambda: 3), cache.get("c", lambda: 4)
-    >>> len(cache), cache.get("a", lambda: 5)  # "a" was the least recently used
-    (2, 5)
+    >>> cache.put("a", 1); cache.put("b", 2); cache.peek("a")
+    1
+    >>> cache.put("c", 3)  # "b" is the least recently used
+    >>> len(cache), cache.peek("b"), cache.peek("a")
+    (2, None, 1)
     """
 
     def __init__(self, size: int):
         self.size = size
         self._entries: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
-
-    def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
-        """The value under ``key``, built by ``build()`` if there is none."""
-        with self._lock:
-            value = self._entries.get(key)
-            if value is not None:
-                self._entries.move_to_end(key)
-                return value
-        value = build()
-        with self._lock:
-            value = self._entries.setdefault(key, value)
-            if len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-        return value
 
     def peek(self, key: Hashable) -> Any:
         """The value under ``key``, or None (marks it recently used)."""
@@ -280,7 +263,7 @@ def _lookup(kind: str, key: str, persist: bool, name: str) -> Entry | None:
         with ignored():  # the cache's own files are no input of an outer trace
             entry = _load(key, kind)
         if entry is not None:
-            _MEMORY.get((kind, key), lambda: entry)
+            _MEMORY.put((kind, key), entry)
     if entry is None:
         return None
     changed = entry.reads.changed()
@@ -352,9 +335,9 @@ def _entries(folder: Path) -> list[os.DirEntry]:
         return []
 
 
-def _prune(folder: Path, max_bytes: int | None = None) -> None:
-    """Remove the oldest entries until the folder holds at most ``max_bytes``."""
-    limit = MAX_BYTES if max_bytes is None else max_bytes
+def _prune(folder: Path) -> None:
+    """Remove the oldest entries until the folder holds at most :data:`MAX_BYTES`."""
+    limit = MAX_BYTES
     entries = _entries(folder)
     total = sum(e.stat().st_size for e in entries)
     if total <= limit:

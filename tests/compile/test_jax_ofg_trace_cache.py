@@ -687,3 +687,35 @@ def test_equinox_checks_inside_a_linear_solve_and_a_while_loop_become_a_flag():
             jax.block_until_ready(f(a, bad_b))
         _, failed = flag_checks(jaxpr)(a, bad_b)
         assert bool(failed)
+
+
+def test_the_oldest_entries_go_beyond_the_size_limit_and_clear_empties_it(
+    tmp_path, monkeypatch
+):
+    """The folder stays under ``MAX_BYTES``; ``clear_trace_cache`` forgets everything."""
+    from pytensor.compile import jax_ofg_trace_cache as trace_cache
+
+    monkeypatch.setattr(trace_cache, "mode", lambda: "on")
+    monkeypatch.setattr(trace_cache, "trace_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(trace_cache, "MAX_BYTES", 40_000)
+    traced = []
+
+    def lookup(i):
+        def compute():
+            traced.append(i)
+            return np.full(1000, float(i))  # 8 kB pickled
+
+        return trace_cache.cached(f"eviction-test-{i}", (i,), compute, name="f")
+
+    for i in range(10):
+        np.testing.assert_array_equal(lookup(i), np.full(1000, float(i)))
+    files = sorted(tmp_path.iterdir(), key=lambda p: p.stat().st_mtime)
+    assert 0 < sum(p.stat().st_size for p in files) <= 40_000
+    assert len(files) < 10
+    assert files[-1].suffix == ".eviction-test-9"  # the newest stays
+    assert ".eviction-test-0" not in {p.suffix for p in files}  # the oldest went
+
+    assert lookup(9)[0] == 9.0 and traced == list(range(10))  # served
+    trace_cache.clear_trace_cache()
+    assert list(tmp_path.iterdir()) == []
+    assert lookup(9)[0] == 9.0 and traced == [*range(10), 9]  # traced again
