@@ -176,23 +176,24 @@ class Program:
     def shapes_for(self, inputs: Sequence[Any]) -> tuple:
         """The output shapes for ``inputs`` (traced at their first call)."""
         key = self.signature(inputs)
-        shapes = self.output_shapes.get(key)
-        if shapes is None:
-            static = {i: static_value(inputs[i]) for i in self.static}
+        if key not in self.output_shapes:
+            jax.eval_shape(*self._of_dynamic(inputs))
+        return self.output_shapes[key]
 
-            def with_statics(*traced):
-                values = iter(traced)
-                return self._function(
-                    *(
-                        static[i] if i in static else next(values)
-                        for i in range(len(inputs))
-                    )
+    def _of_dynamic(self, inputs: Sequence[Any]) -> tuple[Callable, list]:
+        """The program as a function of ``inputs``' dynamic ones (the static ones
+        fixed), and those dynamic inputs."""
+
+        def function(*dynamic):
+            values = iter(dynamic)
+            return self._function(
+                *(
+                    static_value(x) if i in self.static else next(values)
+                    for i, x in enumerate(inputs)
                 )
+            )
 
-            traced = [x for i, x in enumerate(inputs) if i not in static]
-            jax.eval_shape(with_statics, *traced)
-            shapes = self.output_shapes[key]
-        return shapes
+        return function, [x for i, x in enumerate(inputs) if i not in self.static]
 
     # ------------------------------------------------------------- the trace
     def _traced_or_loaded(self, *inputs: Any) -> Any:
@@ -229,15 +230,7 @@ class Program:
         return outputs
 
     def _export(self, specs: Sequence[Any]) -> Exported | NotExportable:
-        static = self.static
-        dynamic_specs = [s for i, s in enumerate(specs) if i not in static]
-
-        def function(*dynamic):
-            values = iter(dynamic)
-            return self._function(
-                *(specs[i] if i in static else next(values) for i in range(len(specs)))
-            )
-
+        function, dynamic_specs = self._of_dynamic(specs)
         jaxpr = jax.make_jaxpr(function)(*dynamic_specs)
         output_shapes = self.output_shapes[self.signature(specs)]
         flagged = False
