@@ -574,10 +574,46 @@ print("CACHE", json.dumps(trace_cache_info()))
 """
 
 
-def test_equinox_checks_are_served_and_raise_as_before(tmp_path):
+#: The same with checks inside a linear solve's solve and a scan's body.
+CHECKED_SCAN_SCRIPT = CHECKED_SCRIPT.replace(
+    """    term = diffrax.ODETerm(lambda t, y, a: -k * y * jnp.array([1.0, 20.0]))
+    solution = diffrax.diffeqsolve(
+        term, diffrax.Tsit5(), 0.0, 10.0, 0.1, jnp.ones(2), max_steps=max_steps,
+        stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+        saveat=diffrax.SaveAt(ts=jnp.linspace(0.0, 10.0, 5)),
+    )
+    return solution.ys
+""",
+    """    a = jnp.array([[2.0, 1.0], [0.5, 3.0]])
+    def solve(matvec, b):
+        x = jnp.linalg.solve(a, b)
+        return eqx.error_if(x, x[1] > 1e6, "solution too large")
+    def transpose_solve(vecmat, b):
+        return jnp.linalg.solve(a.T, b)
+    y0 = jax.lax.custom_linear_solve(
+        lambda v: a @ v, jnp.stack([1.0, k]), solve, transpose_solve
+    )
+    def step(y, _):
+        y = eqx.error_if(y, k > 10.0, "the rate must be at most 10")
+        return y * jnp.exp(-k * 0.1), y
+    return jax.lax.scan(step, y0, length=max_steps)[1]
+""",
+).replace("import diffrax,", "import equinox as eqx, jax,")
+assert "diffeqsolve" not in CHECKED_SCAN_SCRIPT  # the replacement took place
+
+
+@pytest.mark.parametrize(
+    "script_text, messages",
+    [
+        (CHECKED_SCRIPT, ["maximum number of solver steps", "decay(max_steps=64)"]),
+        (CHECKED_SCAN_SCRIPT, ["the rate must be at most 10", "decay(max_steps=64)"]),
+    ],
+    ids=["diffrax", "scan-and-linear-solve"],
+)
+def test_equinox_checks_are_served_and_raise_as_before(tmp_path, script_text, messages):
     """A second process traces nothing; a failed check raises the same error."""
     script = tmp_path / "checked.py"
-    script.write_text(CHECKED_SCRIPT)
+    script.write_text(script_text)
 
     def run(flags: str = "") -> tuple[list[str], dict]:
         done = run_python(
@@ -608,8 +644,8 @@ def test_equinox_checks_are_served_and_raise_as_before(tmp_path):
     # The error a failed check raises: type and message as without the cache.
     assert uncached["ERROR"][0] == first["ERROR"][0] == second["ERROR"][0]
     assert uncached["ERROR"][1] == first["ERROR"][1] == second["ERROR"][1]
-    assert "maximum number of solver steps" in second["ERROR"][1]
-    assert "decay(max_steps=64)" in second["ERROR"][1]
+    for message in messages:
+        assert message in second["ERROR"][1]
 
 
 def test_equinox_checks_inside_a_scan_become_a_flag():
