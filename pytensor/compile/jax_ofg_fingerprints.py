@@ -8,7 +8,6 @@ and not seen: the guide's developer notes, "The trace cache".
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import dis
 import enum
@@ -155,8 +154,9 @@ class _CodeInfo:
     text: str
     #: every name in co_names of the code and its nested code
     names: frozenset[str]
-    #: names plus identifier-like string constants (getattr(module, "x"))
-    attributes: frozenset[str]
+    #: the attributes of a user module the code may read (None: any): names
+    #: plus identifier-like string constants (getattr(module, "x"))
+    attributes: frozenset[str] | None
     #: (module name, level) of every import statement
     imports: tuple[tuple[str, int], ...]
 
@@ -213,10 +213,11 @@ def _compute_code_info(code: types.CodeType) -> _CodeInfo:
         )
 
     text = digest(walk(code))
+    dynamic = not names.isdisjoint(_DYNAMIC_ATTRIBUTES)
     return _CodeInfo(
         text,
         frozenset(names),
-        frozenset(names | strings),
+        None if dynamic else frozenset(names | strings),
         tuple(dict.fromkeys(imports)),
     )
 
@@ -280,21 +281,17 @@ _MODULE_MACHINERY = frozenset(
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def _atoms() -> dict[type, Callable[[Any], str]]:
-    return {
-        type(None): repr,
-        bool: repr,
-        int: repr,
-        str: repr,
-        bytes: repr,
-        float: float.hex,
-        complex: lambda v: f"complex({v.real.hex()}, {v.imag.hex()})",
-        type(Ellipsis): repr,
-        type(NotImplemented): repr,
-    }
-
-
-_ATOMS = _atoms()
+_ATOMS: dict[type, Callable[[Any], str]] = {
+    type(None): repr,
+    bool: repr,
+    int: repr,
+    str: repr,
+    bytes: repr,
+    float: float.hex,
+    complex: lambda v: f"complex({v.real.hex()}, {v.imag.hex()})",
+    type(Ellipsis): repr,
+    type(NotImplemented): repr,
+}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -382,9 +379,6 @@ class _Describer:
     def items(self, values: Iterable[Any]) -> str:
         return ", ".join(self(v) for v in values)
 
-    def mapping(self, items: Iterable[tuple[Any, Any]]) -> str:
-        return "{" + ", ".join(f"{self(k)}: {self(v)}" for k, v in items) + "}"
-
     def named(self, items: Iterable[tuple[str, Any]]) -> str:
         return ", ".join(f"{k}={self(v)}" for k, v in items)
 
@@ -397,7 +391,8 @@ class _Describer:
 
     def dict_(self, value: dict) -> str:
         # Insertion order is observable (iteration), so it is kept.
-        return self.mapping(list(value.items()))
+        items = list(value.items())
+        return "{" + ", ".join(f"{self(k)}: {self(v)}" for k, v in items) + "}"
 
     def set_(self, value: set | frozenset) -> str:
         # Iteration order follows hashes, which differ between processes.
@@ -470,7 +465,7 @@ class _Describer:
         parts = [
             name,
             f"code={info.text}",
-            f"closure=({self.closure(fn, info)})",
+            f"closure=({self.closure(fn, info.attributes)})",
             f"defaults={self(fn.__defaults__)}",
             f"kwdefaults={self(fn.__kwdefaults__)}",
             f"globals={{{self.globals_(globals_, info)}}}",
@@ -482,7 +477,9 @@ class _Describer:
             parts.append(f"dict={self.dict_(attributes)}")
         return f"function({', '.join(parts)})"
 
-    def closure(self, fn: types.FunctionType, info: _CodeInfo | None = None) -> str:
+    def closure(
+        self, fn: types.FunctionType, attributes: frozenset[str] | None = None
+    ) -> str:
         cells = []
         for cell in fn.__closure__ or ():
             try:
@@ -490,15 +487,8 @@ class _Describer:
             except ValueError:
                 cells.append("<empty>")
                 continue
-            if info is not None and isinstance(content, types.ModuleType):
-                cells.append(self.module(content, self.attributes_read(info)))
-            else:
-                cells.append(self(content))
+            cells.append(self.member(content, attributes))
         return ", ".join(cells)
-
-    def attributes_read(self, info: _CodeInfo) -> frozenset[str] | None:
-        """Which attributes of a user module the code may read (None: any)."""
-        return None if info.names & _DYNAMIC_ATTRIBUTES else info.attributes
 
     def globals_(self, globals_: dict, info: _CodeInfo) -> str:
         builtins = globals_.get("__builtins__", {})
@@ -510,10 +500,7 @@ class _Describer:
                 value = globals_[name]
                 if isinstance(value, types.ModuleType):
                     self.check_dynamic_module(value, info)
-                    text = self.module(value, self.attributes_read(info))
-                else:
-                    text = self(value)
-                parts.append(f"{name}={text}")
+                parts.append(f"{name}={self.member(value, info.attributes)}")
             elif name in _DYNAMIC_BUILTINS and name in builtins:
                 self.fail(builtins[name], f"code calling {name}()")
         return ", ".join(parts)
@@ -542,7 +529,7 @@ class _Describer:
                     parts.append(f"{module_name}={_kind_tag(kind)}")
                 else:
                     parts.append(
-                        f"{module_name}={self.module(module, self.attributes_read(info))}"
+                        f"{module_name}={self.module(module, info.attributes)}"
                     )
         return ", ".join(parts)
 
@@ -611,22 +598,22 @@ class _Describer:
                 names = sorted(
                     n for n in (attributes | {"__getattr__"}) if n in namespace
                 )
-            parts = []
-            for name in names:
-                value = namespace[name]
-                if isinstance(value, types.ModuleType):
-                    parts.append(f"{name}={self.module(value, attributes)}")
-                else:
-                    parts.append(f"{name}={self(value)}")
+            parts = [f"{n}={self.member(namespace[n], attributes)}" for n in names]
             return f"module({module.__name__}, {{{', '.join(parts)}}})"
         finally:
             self.modules.discard(key)
+
+    def member(self, value: Any, attributes: frozenset[str] | None) -> str:
+        """A value code reads: a module by the ``attributes`` it may read of it."""
+        if isinstance(value, types.ModuleType):
+            return self.module(value, attributes)
+        return self(value)
 
     # --------------------------------------------------------------- classes
     def class_(self, cls: type) -> str:
         kind = module_kind(getattr(cls, "__module__", None))
         if kind[0] != "user" and "<locals>" not in cls.__qualname__:
-            return _library_class(cls, kind)
+            return f"class({_kind_tag(kind)}:{_qualified(cls)})"
         if kind[0] == "user" and _is_c_class(cls):
             return self.fail(cls, "a class of a user's C extension")
         parts = [_qualified(cls)]
@@ -706,12 +693,13 @@ class _Describer:
         if jitted is not None:
             return self.jitted(header, *jitted)
         has_dict = hasattr(value, "__dict__")
-        if not any(_is_c_class(b) for b in cls.__mro__):
-            if has_dict or _slot_names(cls):
-                return f"{header}({self.state(value)[2:]})"
-        elif has_dict and wrapped is not None:
+        if any(_is_c_class(b) for b in cls.__mro__):
             # A C wrapper of a Python function (functools.lru_cache): what it
             # wraps is in its __dict__, its C state is bookkeeping.
+            python_state = has_dict and wrapped is not None
+        else:
+            python_state = has_dict or bool(_slot_names(cls))
+        if python_state:
             return f"{header}({self.state(value)[2:]})"
         pytree = self.pytree_node(value)
         if pytree is not None:
@@ -763,16 +751,21 @@ class _Describer:
         return "".join(f", {k}={self(v)}" for k, v in state)
 
     # ------------------------------------------------------------- PyTensor
+    def props(self, value: Op | Type) -> str:
+        """An op's or a type's ``__props__``, or else its state."""
+        props = getattr(value, "__props__", None)
+        if props is None:
+            return self.state(value)[2:]
+        return self.named((p, getattr(value, p)) for p in props)
+
     def op(self, op: Op) -> str:
-        props = getattr(op, "__props__", None)
         fgraph = getattr(op, "fgraph", None)
+        inner = isinstance(fgraph, AbstractFunctionGraph)
         parts = [self(type(op))]
-        if props is not None:
-            parts.append(self.named((p, getattr(op, p)) for p in props))
-        elif not isinstance(fgraph, AbstractFunctionGraph):
-            parts.append(self.state(op)[2:])
+        if not inner or getattr(op, "__props__", None) is not None:
+            parts.append(self.props(op))
         # An inner-graph op (OpFromGraph, JaxIsland) computes its graph.
-        if isinstance(fgraph, AbstractFunctionGraph):
+        if inner:
             parts.append(f"graph={self.fgraph(fgraph)}")
             if hasattr(op, "static_inputs"):
                 parts.append(f"static_inputs={self(op.static_inputs)}")
@@ -799,23 +792,15 @@ class _Describer:
         return f"variable({self(variable.type)})"
 
     def pytensor_type(self, value: Type) -> str:
-        props = getattr(value, "__props__", None)
-        if props is None:
-            return f"{self(type(value))}({self.state(value)[2:]})"
-        return (
-            f"{self(type(value))}({self.named((p, getattr(value, p)) for p in props)})"
-        )
+        return f"{self(type(value))}({self.props(value)})"
 
     # ------------------------------------------------------------ tree defs
-    def treedef(self, treedef: Any) -> str:
+    def treedef(self, treedef: Any, depth: int = 0) -> str:
         """A tree structure, node by node: node types and their auxiliary data.
 
         Its ``str`` would show auxiliary data by ``repr``, which may be lossy or
         show addresses; the structure itself describes it exactly.
         """
-        return self._tree_node(treedef, 0)
-
-    def _tree_node(self, treedef: Any, depth: int) -> str:
         if depth > _max_nesting():
             raise RecursionError("nested too deeply to describe")
         data = treedef.node_data()
@@ -823,7 +808,7 @@ class _Describer:
             return "*"
         node_type, aux = data
         children = treedef.children()
-        inner = ", ".join(self._tree_node(c, depth + 1) for c in children)
+        inner = ", ".join(self.treedef(c, depth + 1) for c in children)
         return f"{self(node_type)}[{self(aux)}]({inner})"
 
 
@@ -881,18 +866,6 @@ def _state(value: Any) -> list[tuple[str, Any]]:
     return state
 
 
-_LIBRARY_CLASSES: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
-
-
-def _library_class(cls: type, kind: Kind) -> str:
-    text = _LIBRARY_CLASSES.get(cls)
-    if text is None:
-        text = f"class({_kind_tag(kind)}:{_qualified(cls)})"
-        with contextlib.suppress(TypeError):  # not weakly referenceable
-            _LIBRARY_CLASSES[cls] = text
-    return text
-
-
 def _importable_name(value: Any) -> str | None:
     """``module.qualname`` when ``value`` is that attribute of a library module.
 
@@ -930,24 +903,16 @@ def _pytree_registration(cls: type) -> Any:
         ) from error
 
 
+#: by exact type (subclasses of the containers are described by ``subclass``)
 _EXACT: dict[type, Callable[[_Describer, Any], str]] = {
     tuple: _Describer.tuple_,
     list: _Describer.list_,
     dict: _Describer.dict_,
     set: _Describer.set_,
     frozenset: _Describer.set_,
-    np.ndarray: _Describer.ndarray,
-    np.dtype: _Describer.dtype,
-    types.FunctionType: _Describer.function,
     types.MethodType: _Describer.method,
     types.BuiltinFunctionType: _Describer.builtin,
-    types.ModuleType: _Describer.module,
     types.CodeType: _Describer.code,
-    type: _Describer.class_,
-    functools.partial: _Describer.partial,
-    classmethod: _Describer.wrapped_method,
-    staticmethod: _Describer.wrapped_method,
-    property: _Describer.property_,
     types.MappingProxyType: lambda self, v: f"mappingproxy({self.dict_(dict(v))})",
     range: lambda self, v: repr(v),
     slice: lambda self, v: f"slice({self(v.start)}, {self(v.stop)}, {self(v.step)})",
