@@ -74,8 +74,7 @@ def _classify(name: str, module: Any, file: str | None) -> Kind:
         return USER  # a user's module shadowing a stdlib name
     if module is None and top in sys.modules and top != name:
         # Not imported yet (a local import): the top-level package decides.
-        kind = module_kind(top)
-        return kind if kind[0] != "user" else USER
+        return module_kind(top)
     if file is None:
         # A namespace package or a built-in: judge by a file of its package.
         paths = list(getattr(module, "__path__", ()) or ())
@@ -90,12 +89,7 @@ def _classify(name: str, module: Any, file: str | None) -> Kind:
 def _stdlib_dirs() -> tuple[str, ...]:
     import sysconfig
 
-    return tuple(
-        {
-            os.path.dirname(os.__file__),
-            sysconfig.get_path("stdlib"),
-        }
-    )
+    return (os.path.dirname(os.__file__), sysconfig.get_path("stdlib"))
 
 
 def _under(file: str, folders: Iterable[str]) -> bool:

@@ -14,8 +14,8 @@ import enum
 import functools
 import hashlib
 import importlib.machinery
-import importlib.metadata
 import importlib.util
+import itertools
 import re
 import sys
 import types
@@ -264,20 +264,6 @@ _CLASS_MACHINERY = frozenset(
         "__dataclass_fields__",
     }
 )
-_MODULE_MACHINERY = frozenset(
-    {
-        "__name__",
-        "__doc__",
-        "__package__",
-        "__loader__",
-        "__spec__",
-        "__file__",
-        "__cached__",
-        "__builtins__",
-        "__path__",
-        "__annotations__",
-    }
-)
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
@@ -520,7 +506,10 @@ class _Describer:
                 absolute = importlib.util.resolve_name("." * level + name, package)
             except (ImportError, ValueError):
                 absolute = name
-            for module_name in _with_parents(absolute):
+            # the module and every package above it, which importing it runs
+            for module_name in itertools.accumulate(
+                absolute.split("."), "{}.{}".format
+            ):
                 module = sys.modules.get(module_name)
                 if module is None:
                     kind = module_kind(module_name)
@@ -587,17 +576,11 @@ class _Describer:
         self.keep.append(module)
         try:
             namespace = vars(module)
-            if attributes is None:
-                names = sorted(
-                    n
-                    for n in namespace
-                    if n not in _MODULE_MACHINERY
-                    and not (n.startswith("__") and n != "__getattr__")
-                )
-            else:
-                names = sorted(
-                    n for n in (attributes | {"__getattr__"}) if n in namespace
-                )
+            # Any attribute: all but the machinery (__name__, __spec__...).
+            read = attributes
+            if read is None:
+                read = {n for n in namespace if not n.startswith("__")}
+            names = sorted(n for n in read | {"__getattr__"} if n in namespace)
             parts = [f"{n}={self.member(namespace[n], attributes)}" for n in names]
             return f"module({module.__name__}, {{{', '.join(parts)}}})"
         finally:
@@ -828,11 +811,6 @@ def _function_attributes(fn: types.FunctionType) -> dict[str, Any]:
     return {k: v for k, v in vars(fn).items() if k not in _DERIVED_ATTRIBUTES}
 
 
-def _with_parents(name: str) -> list[str]:
-    parts = name.split(".")
-    return [".".join(parts[: i + 1]) for i in range(len(parts))]
-
-
 _FIELDS: weakref.WeakKeyDictionary[type, tuple[tuple[str, bool, bool], ...]] = (
     weakref.WeakKeyDictionary()
 )
@@ -881,11 +859,9 @@ def _importable_name(value: Any) -> str | None:
     module = sys.modules.get(module_name)
     if kind[0] in ("user", "project") or module is None:
         return None
-    target: Any = module
-    for part in qualname.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            return None
+    target = functools.reduce(
+        lambda owner, part: getattr(owner, part, None), qualname.split("."), module
+    )
     return f"{module_name}.{qualname}" if target is value else None
 
 
