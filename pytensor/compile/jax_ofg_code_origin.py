@@ -13,7 +13,6 @@ import json
 import os
 import re
 import sys
-import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,6 @@ PROJECT_MODULE = re.compile(
 )
 
 _MODULE_KINDS: dict[str, tuple[Any, Kind]] = {}
-_KIND_LOCK = threading.Lock()
 
 
 def module_kind(name: str | None) -> Kind:
@@ -57,8 +55,7 @@ def module_kind(name: str | None) -> Kind:
     if cached is not None and cached[0] == file:
         return cached[1]
     kind = _classify(name, module, file)
-    with _KIND_LOCK:
-        _MODULE_KINDS[name] = (file, kind)
+    _MODULE_KINDS[name] = (file, kind)
     return kind
 
 

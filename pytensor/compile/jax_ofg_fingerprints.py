@@ -555,9 +555,6 @@ class _Describer:
     def property_(self, value: property) -> str:
         return f"property({self(value.fget)}, {self(value.fset)}, {self(value.fdel)})"
 
-    def code(self, value: types.CodeType) -> str:
-        return f"code:{_code_info(value).text}"
-
     # --------------------------------------------------------------- modules
     def module(
         self, module: types.ModuleType, attributes: frozenset[str] | None = None
@@ -603,12 +600,10 @@ class _Describer:
         if type(cls) is not type:
             parts.append(f"meta={self(type(cls))}")
         parts.append(f"bases=({self.items(cls.__bases__)})")
-        members = [
-            (name, value)
-            for name, value in vars(cls).items()
-            if name not in _CLASS_MACHINERY
-        ]
-        members.sort(key=lambda item: item[0])
+        members = sorted(
+            (item for item in vars(cls).items() if item[0] not in _CLASS_MACHINERY),
+            key=lambda item: item[0],
+        )
         parts.append(f"dict={{{self.named(members)}}}")
         fields = vars(cls).get("__dataclass_fields__")
         if fields is not None:
@@ -651,9 +646,9 @@ class _Describer:
             # This project's inner functions: their identity is their compared
             # fields; fields computed from others (init=False) are left out.
             fields = [
-                (name, getattr(value, name))
-                for name, compare, init in _fields(cls)
-                if compare and init
+                (field.name, getattr(value, field.name))
+                for field in dataclasses.fields(value)
+                if field.compare and field.init
             ]
             return f"{_qualified(cls)}({self.named(fields)})"
         # Not a dataclass (the decorator's wrapper): its public attributes;
@@ -668,7 +663,8 @@ class _Describer:
             return f"{header}:{named}"
         if dataclasses.is_dataclass(value):
             fields = [
-                (name, getattr(value, name, "<unset>")) for name, _, _ in _fields(cls)
+                (f.name, getattr(value, f.name, "<unset>"))
+                for f in dataclasses.fields(value)
             ]
             return f"{header}({self.named(fields)})"
         wrapped = getattr(value, "__wrapped__", None)
@@ -811,20 +807,6 @@ def _function_attributes(fn: types.FunctionType) -> dict[str, Any]:
     return {k: v for k, v in vars(fn).items() if k not in _DERIVED_ATTRIBUTES}
 
 
-_FIELDS: weakref.WeakKeyDictionary[type, tuple[tuple[str, bool, bool], ...]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _fields(cls: type) -> tuple[tuple[str, bool, bool], ...]:
-    """A dataclass's ``(name, compare, init)`` per field (fixed once it is made)."""
-    fields = _FIELDS.get(cls)
-    if fields is None:
-        fields = tuple((f.name, f.compare, f.init) for f in dataclasses.fields(cls))
-        _FIELDS[cls] = fields
-    return fields
-
-
 def _slot_names(cls: type) -> list[str]:
     names = []
     for klass in cls.__mro__:
@@ -836,8 +818,7 @@ def _slot_names(cls: type) -> list[str]:
 
 
 def _state(value: Any) -> list[tuple[str, Any]]:
-    state = list(getattr(value, "__dict__", {}).items())
-    state.sort(key=lambda item: item[0])
+    state = sorted(getattr(value, "__dict__", {}).items(), key=lambda item: item[0])
     for name in _slot_names(type(value)):
         if hasattr(value, name):
             state.append((name, getattr(value, name)))
@@ -888,7 +869,7 @@ _EXACT: dict[type, Callable[[_Describer, Any], str]] = {
     frozenset: _Describer.set_,
     types.MethodType: _Describer.method,
     types.BuiltinFunctionType: _Describer.builtin,
-    types.CodeType: _Describer.code,
+    types.CodeType: lambda self, v: _const(v),
     types.MappingProxyType: lambda self, v: f"mappingproxy({self.dict_(dict(v))})",
     range: lambda self, v: repr(v),
     slice: lambda self, v: f"slice({self(v.start)}, {self(v.stop)}, {self(v.step)})",
