@@ -726,8 +726,7 @@ class _Describer:
 
     def state(self, value: Any) -> str:
         """``, name=value...`` for an object's ``__dict__`` and slots."""
-        state = _state(value)
-        return "".join(f", {k}={self(v)}" for k, v in state)
+        return "".join(f", {k}={self(v)}" for k, v in _state(value))
 
     # ------------------------------------------------------------- PyTensor
     def props(self, value: Op | Type) -> str:
