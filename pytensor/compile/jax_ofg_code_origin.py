@@ -13,7 +13,6 @@ import json
 import os
 import re
 import sys
-import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,6 @@ PROJECT_MODULE = re.compile(
 )
 
 _MODULE_KINDS: dict[str, tuple[Any, Kind]] = {}
-_KIND_LOCK = threading.Lock()
 
 
 def module_kind(name: str | None) -> Kind:
@@ -57,8 +55,7 @@ def module_kind(name: str | None) -> Kind:
     if cached is not None and cached[0] == file:
         return cached[1]
     kind = _classify(name, module, file)
-    with _KIND_LOCK:
-        _MODULE_KINDS[name] = (file, kind)
+    _MODULE_KINDS[name] = (file, kind)
     return kind
 
 
@@ -74,8 +71,7 @@ def _classify(name: str, module: Any, file: str | None) -> Kind:
         return USER  # a user's module shadowing a stdlib name
     if module is None and top in sys.modules and top != name:
         # Not imported yet (a local import): the top-level package decides.
-        kind = module_kind(top)
-        return kind if kind[0] != "user" else USER
+        return module_kind(top)
     if file is None:
         # A namespace package or a built-in: judge by a file of its package.
         paths = list(getattr(module, "__path__", ()) or ())
@@ -90,12 +86,7 @@ def _classify(name: str, module: Any, file: str | None) -> Kind:
 def _stdlib_dirs() -> tuple[str, ...]:
     import sysconfig
 
-    return tuple(
-        {
-            os.path.dirname(os.__file__),
-            sysconfig.get_path("stdlib"),
-        }
-    )
+    return (os.path.dirname(os.__file__), sysconfig.get_path("stdlib"))
 
 
 def _under(file: str, folders: Iterable[str]) -> bool:

@@ -62,14 +62,12 @@ _IRRELEVANT_CONFIG = frozenset(
         "jax_debug_leaked_clients_on_clear_backends",
     }
 )
-_ENVIRONMENT_PREFIXES = ("JAX_", "EQX_")
-_ENVIRONMENT_NAMES = frozenset({"XLA_FLAGS"})
 
 #: Where this project's modules live, relative to the ``pytensor`` package.
 _PROJECT_GLOBS = (
-    ("compile", "jax_ofg*.py"),
-    ("link/*/dispatch", "jax_ofg*.py"),
-    ("tensor/rewriting", "jax_ofg*.py"),
+    "compile/jax_ofg*.py",
+    "link/*/dispatch/jax_ofg*.py",
+    "tensor/rewriting/jax_ofg*.py",
 )
 
 
@@ -80,11 +78,9 @@ def _relevant_config(name: str) -> bool:
 
 
 def _relevant_variable(name: str) -> bool:
-    if name in _ENVIRONMENT_NAMES:
-        return True
-    if not name.startswith(_ENVIRONMENT_PREFIXES):
-        return False
-    return not name.startswith("JAX_") or _relevant_config(name.lower())
+    if name.startswith("JAX_"):
+        return _relevant_config(name.lower())
+    return name == "XLA_FLAGS" or name.startswith("EQX_")
 
 
 @functools.cache
@@ -141,12 +137,13 @@ def project_files() -> dict[str, str]:
 @functools.cache
 def _project_files() -> tuple[tuple[str, str], ...]:
     root = Path(__file__).resolve().parents[2]
-    files = []
-    for folder, pattern in _PROJECT_GLOBS:
-        for path in sorted((root / "pytensor").glob(f"{folder}/{pattern}")):
-            name = ".".join(path.relative_to(root).with_suffix("").parts)
-            files.append((name, str(path)))
-    return tuple(sorted(files))
+    return tuple(
+        sorted(
+            (".".join(path.relative_to(root).with_suffix("").parts), str(path))
+            for pattern in _PROJECT_GLOBS
+            for path in root.glob(f"pytensor/{pattern}")
+        )
+    )
 
 
 def describe_environment() -> str:

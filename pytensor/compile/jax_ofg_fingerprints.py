@@ -8,15 +8,14 @@ and not seen: the guide's developer notes, "The trace cache".
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import dis
 import enum
 import functools
 import hashlib
 import importlib.machinery
-import importlib.metadata
 import importlib.util
+import itertools
 import re
 import sys
 import types
@@ -155,8 +154,9 @@ class _CodeInfo:
     text: str
     #: every name in co_names of the code and its nested code
     names: frozenset[str]
-    #: names plus identifier-like string constants (getattr(module, "x"))
-    attributes: frozenset[str]
+    #: the attributes of a user module the code may read (None: any): names
+    #: plus identifier-like string constants (getattr(module, "x"))
+    attributes: frozenset[str] | None
     #: (module name, level) of every import statement
     imports: tuple[tuple[str, int], ...]
 
@@ -213,10 +213,11 @@ def _compute_code_info(code: types.CodeType) -> _CodeInfo:
         )
 
     text = digest(walk(code))
+    dynamic = not names.isdisjoint(_DYNAMIC_ATTRIBUTES)
     return _CodeInfo(
         text,
         frozenset(names),
-        frozenset(names | strings),
+        None if dynamic else frozenset(names | strings),
         tuple(dict.fromkeys(imports)),
     )
 
@@ -263,38 +264,20 @@ _CLASS_MACHINERY = frozenset(
         "__dataclass_fields__",
     }
 )
-_MODULE_MACHINERY = frozenset(
-    {
-        "__name__",
-        "__doc__",
-        "__package__",
-        "__loader__",
-        "__spec__",
-        "__file__",
-        "__cached__",
-        "__builtins__",
-        "__path__",
-        "__annotations__",
-    }
-)
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def _atoms() -> dict[type, Callable[[Any], str]]:
-    return {
-        type(None): repr,
-        bool: repr,
-        int: repr,
-        str: repr,
-        bytes: repr,
-        float: float.hex,
-        complex: lambda v: f"complex({v.real.hex()}, {v.imag.hex()})",
-        type(Ellipsis): repr,
-        type(NotImplemented): repr,
-    }
-
-
-_ATOMS = _atoms()
+_ATOMS: dict[type, Callable[[Any], str]] = {
+    type(None): repr,
+    bool: repr,
+    int: repr,
+    str: repr,
+    bytes: repr,
+    float: float.hex,
+    complex: lambda v: f"complex({v.real.hex()}, {v.imag.hex()})",
+    type(Ellipsis): repr,
+    type(NotImplemented): repr,
+}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -382,9 +365,6 @@ class _Describer:
     def items(self, values: Iterable[Any]) -> str:
         return ", ".join(self(v) for v in values)
 
-    def mapping(self, items: Iterable[tuple[Any, Any]]) -> str:
-        return "{" + ", ".join(f"{self(k)}: {self(v)}" for k, v in items) + "}"
-
     def named(self, items: Iterable[tuple[str, Any]]) -> str:
         return ", ".join(f"{k}={self(v)}" for k, v in items)
 
@@ -397,7 +377,8 @@ class _Describer:
 
     def dict_(self, value: dict) -> str:
         # Insertion order is observable (iteration), so it is kept.
-        return self.mapping(list(value.items()))
+        items = list(value.items())
+        return "{" + ", ".join(f"{self(k)}: {self(v)}" for k, v in items) + "}"
 
     def set_(self, value: set | frozenset) -> str:
         # Iteration order follows hashes, which differ between processes.
@@ -470,7 +451,7 @@ class _Describer:
         parts = [
             name,
             f"code={info.text}",
-            f"closure=({self.closure(fn, info)})",
+            f"closure=({self.closure(fn, info.attributes)})",
             f"defaults={self(fn.__defaults__)}",
             f"kwdefaults={self(fn.__kwdefaults__)}",
             f"globals={{{self.globals_(globals_, info)}}}",
@@ -482,7 +463,9 @@ class _Describer:
             parts.append(f"dict={self.dict_(attributes)}")
         return f"function({', '.join(parts)})"
 
-    def closure(self, fn: types.FunctionType, info: _CodeInfo | None = None) -> str:
+    def closure(
+        self, fn: types.FunctionType, attributes: frozenset[str] | None = None
+    ) -> str:
         cells = []
         for cell in fn.__closure__ or ():
             try:
@@ -490,15 +473,8 @@ class _Describer:
             except ValueError:
                 cells.append("<empty>")
                 continue
-            if info is not None and isinstance(content, types.ModuleType):
-                cells.append(self.module(content, self.attributes_read(info)))
-            else:
-                cells.append(self(content))
+            cells.append(self.member(content, attributes))
         return ", ".join(cells)
-
-    def attributes_read(self, info: _CodeInfo) -> frozenset[str] | None:
-        """Which attributes of a user module the code may read (None: any)."""
-        return None if info.names & _DYNAMIC_ATTRIBUTES else info.attributes
 
     def globals_(self, globals_: dict, info: _CodeInfo) -> str:
         builtins = globals_.get("__builtins__", {})
@@ -510,10 +486,7 @@ class _Describer:
                 value = globals_[name]
                 if isinstance(value, types.ModuleType):
                     self.check_dynamic_module(value, info)
-                    text = self.module(value, self.attributes_read(info))
-                else:
-                    text = self(value)
-                parts.append(f"{name}={text}")
+                parts.append(f"{name}={self.member(value, info.attributes)}")
             elif name in _DYNAMIC_BUILTINS and name in builtins:
                 self.fail(builtins[name], f"code calling {name}()")
         return ", ".join(parts)
@@ -533,7 +506,10 @@ class _Describer:
                 absolute = importlib.util.resolve_name("." * level + name, package)
             except (ImportError, ValueError):
                 absolute = name
-            for module_name in _with_parents(absolute):
+            # the module and every package above it, which importing it runs
+            for module_name in itertools.accumulate(
+                absolute.split("."), "{}.{}".format
+            ):
                 module = sys.modules.get(module_name)
                 if module is None:
                     kind = module_kind(module_name)
@@ -542,7 +518,7 @@ class _Describer:
                     parts.append(f"{module_name}={_kind_tag(kind)}")
                 else:
                     parts.append(
-                        f"{module_name}={self.module(module, self.attributes_read(info))}"
+                        f"{module_name}={self.module(module, info.attributes)}"
                     )
         return ", ".join(parts)
 
@@ -579,9 +555,6 @@ class _Describer:
     def property_(self, value: property) -> str:
         return f"property({self(value.fget)}, {self(value.fset)}, {self(value.fdel)})"
 
-    def code(self, value: types.CodeType) -> str:
-        return f"code:{_code_info(value).text}"
-
     # --------------------------------------------------------------- modules
     def module(
         self, module: types.ModuleType, attributes: frozenset[str] | None = None
@@ -600,45 +573,37 @@ class _Describer:
         self.keep.append(module)
         try:
             namespace = vars(module)
-            if attributes is None:
-                names = sorted(
-                    n
-                    for n in namespace
-                    if n not in _MODULE_MACHINERY
-                    and not (n.startswith("__") and n != "__getattr__")
-                )
-            else:
-                names = sorted(
-                    n for n in (attributes | {"__getattr__"}) if n in namespace
-                )
-            parts = []
-            for name in names:
-                value = namespace[name]
-                if isinstance(value, types.ModuleType):
-                    parts.append(f"{name}={self.module(value, attributes)}")
-                else:
-                    parts.append(f"{name}={self(value)}")
+            # Any attribute: all but the machinery (__name__, __spec__...).
+            read = attributes
+            if read is None:
+                read = {n for n in namespace if not n.startswith("__")}
+            names = sorted(n for n in read | {"__getattr__"} if n in namespace)
+            parts = [f"{n}={self.member(namespace[n], attributes)}" for n in names]
             return f"module({module.__name__}, {{{', '.join(parts)}}})"
         finally:
             self.modules.discard(key)
+
+    def member(self, value: Any, attributes: frozenset[str] | None) -> str:
+        """A value code reads: a module by the ``attributes`` it may read of it."""
+        if isinstance(value, types.ModuleType):
+            return self.module(value, attributes)
+        return self(value)
 
     # --------------------------------------------------------------- classes
     def class_(self, cls: type) -> str:
         kind = module_kind(getattr(cls, "__module__", None))
         if kind[0] != "user" and "<locals>" not in cls.__qualname__:
-            return _library_class(cls, kind)
+            return f"class({_kind_tag(kind)}:{_qualified(cls)})"
         if kind[0] == "user" and _is_c_class(cls):
             return self.fail(cls, "a class of a user's C extension")
         parts = [_qualified(cls)]
         if type(cls) is not type:
             parts.append(f"meta={self(type(cls))}")
         parts.append(f"bases=({self.items(cls.__bases__)})")
-        members = [
-            (name, value)
-            for name, value in vars(cls).items()
-            if name not in _CLASS_MACHINERY
-        ]
-        members.sort(key=lambda item: item[0])
+        members = sorted(
+            (item for item in vars(cls).items() if item[0] not in _CLASS_MACHINERY),
+            key=lambda item: item[0],
+        )
         parts.append(f"dict={{{self.named(members)}}}")
         fields = vars(cls).get("__dataclass_fields__")
         if fields is not None:
@@ -681,9 +646,9 @@ class _Describer:
             # This project's inner functions: their identity is their compared
             # fields; fields computed from others (init=False) are left out.
             fields = [
-                (name, getattr(value, name))
-                for name, compare, init in _fields(cls)
-                if compare and init
+                (field.name, getattr(value, field.name))
+                for field in dataclasses.fields(value)
+                if field.compare and field.init
             ]
             return f"{_qualified(cls)}({self.named(fields)})"
         # Not a dataclass (the decorator's wrapper): its public attributes;
@@ -698,7 +663,8 @@ class _Describer:
             return f"{header}:{named}"
         if dataclasses.is_dataclass(value):
             fields = [
-                (name, getattr(value, name, "<unset>")) for name, _, _ in _fields(cls)
+                (f.name, getattr(value, f.name, "<unset>"))
+                for f in dataclasses.fields(value)
             ]
             return f"{header}({self.named(fields)})"
         wrapped = getattr(value, "__wrapped__", None)
@@ -706,12 +672,13 @@ class _Describer:
         if jitted is not None:
             return self.jitted(header, *jitted)
         has_dict = hasattr(value, "__dict__")
-        if not any(_is_c_class(b) for b in cls.__mro__):
-            if has_dict or _slot_names(cls):
-                return f"{header}({self.state(value)[2:]})"
-        elif has_dict and wrapped is not None:
+        if any(_is_c_class(b) for b in cls.__mro__):
             # A C wrapper of a Python function (functools.lru_cache): what it
             # wraps is in its __dict__, its C state is bookkeeping.
+            python_state = has_dict and wrapped is not None
+        else:
+            python_state = has_dict or bool(_slot_names(cls))
+        if python_state:
             return f"{header}({self.state(value)[2:]})"
         pytree = self.pytree_node(value)
         if pytree is not None:
@@ -759,20 +726,24 @@ class _Describer:
 
     def state(self, value: Any) -> str:
         """``, name=value...`` for an object's ``__dict__`` and slots."""
-        state = _state(value)
-        return "".join(f", {k}={self(v)}" for k, v in state)
+        return "".join(f", {k}={self(v)}" for k, v in _state(value))
 
     # ------------------------------------------------------------- PyTensor
+    def props(self, value: Op | Type) -> str:
+        """An op's or a type's ``__props__``, or else its state."""
+        props = getattr(value, "__props__", None)
+        if props is None:
+            return self.state(value)[2:]
+        return self.named((p, getattr(value, p)) for p in props)
+
     def op(self, op: Op) -> str:
-        props = getattr(op, "__props__", None)
         fgraph = getattr(op, "fgraph", None)
+        inner = isinstance(fgraph, AbstractFunctionGraph)
         parts = [self(type(op))]
-        if props is not None:
-            parts.append(self.named((p, getattr(op, p)) for p in props))
-        elif not isinstance(fgraph, AbstractFunctionGraph):
-            parts.append(self.state(op)[2:])
+        if not inner or getattr(op, "__props__", None) is not None:
+            parts.append(self.props(op))
         # An inner-graph op (OpFromGraph, JaxIsland) computes its graph.
-        if isinstance(fgraph, AbstractFunctionGraph):
+        if inner:
             parts.append(f"graph={self.fgraph(fgraph)}")
             if hasattr(op, "static_inputs"):
                 parts.append(f"static_inputs={self(op.static_inputs)}")
@@ -799,23 +770,15 @@ class _Describer:
         return f"variable({self(variable.type)})"
 
     def pytensor_type(self, value: Type) -> str:
-        props = getattr(value, "__props__", None)
-        if props is None:
-            return f"{self(type(value))}({self.state(value)[2:]})"
-        return (
-            f"{self(type(value))}({self.named((p, getattr(value, p)) for p in props)})"
-        )
+        return f"{self(type(value))}({self.props(value)})"
 
     # ------------------------------------------------------------ tree defs
-    def treedef(self, treedef: Any) -> str:
+    def treedef(self, treedef: Any, depth: int = 0) -> str:
         """A tree structure, node by node: node types and their auxiliary data.
 
         Its ``str`` would show auxiliary data by ``repr``, which may be lossy or
         show addresses; the structure itself describes it exactly.
         """
-        return self._tree_node(treedef, 0)
-
-    def _tree_node(self, treedef: Any, depth: int) -> str:
         if depth > _max_nesting():
             raise RecursionError("nested too deeply to describe")
         data = treedef.node_data()
@@ -823,7 +786,7 @@ class _Describer:
             return "*"
         node_type, aux = data
         children = treedef.children()
-        inner = ", ".join(self._tree_node(c, depth + 1) for c in children)
+        inner = ", ".join(self.treedef(c, depth + 1) for c in children)
         return f"{self(node_type)}[{self(aux)}]({inner})"
 
 
@@ -843,25 +806,6 @@ def _function_attributes(fn: types.FunctionType) -> dict[str, Any]:
     return {k: v for k, v in vars(fn).items() if k not in _DERIVED_ATTRIBUTES}
 
 
-def _with_parents(name: str) -> list[str]:
-    parts = name.split(".")
-    return [".".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-_FIELDS: weakref.WeakKeyDictionary[type, tuple[tuple[str, bool, bool], ...]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _fields(cls: type) -> tuple[tuple[str, bool, bool], ...]:
-    """A dataclass's ``(name, compare, init)`` per field (fixed once it is made)."""
-    fields = _FIELDS.get(cls)
-    if fields is None:
-        fields = tuple((f.name, f.compare, f.init) for f in dataclasses.fields(cls))
-        _FIELDS[cls] = fields
-    return fields
-
-
 def _slot_names(cls: type) -> list[str]:
     names = []
     for klass in cls.__mro__:
@@ -873,24 +817,11 @@ def _slot_names(cls: type) -> list[str]:
 
 
 def _state(value: Any) -> list[tuple[str, Any]]:
-    state = list(getattr(value, "__dict__", {}).items())
-    state.sort(key=lambda item: item[0])
+    state = sorted(getattr(value, "__dict__", {}).items(), key=lambda item: item[0])
     for name in _slot_names(type(value)):
         if hasattr(value, name):
             state.append((name, getattr(value, name)))
     return state
-
-
-_LIBRARY_CLASSES: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
-
-
-def _library_class(cls: type, kind: Kind) -> str:
-    text = _LIBRARY_CLASSES.get(cls)
-    if text is None:
-        text = f"class({_kind_tag(kind)}:{_qualified(cls)})"
-        with contextlib.suppress(TypeError):  # not weakly referenceable
-            _LIBRARY_CLASSES[cls] = text
-    return text
 
 
 def _importable_name(value: Any) -> str | None:
@@ -908,11 +839,9 @@ def _importable_name(value: Any) -> str | None:
     module = sys.modules.get(module_name)
     if kind[0] in ("user", "project") or module is None:
         return None
-    target: Any = module
-    for part in qualname.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            return None
+    target = functools.reduce(
+        lambda owner, part: getattr(owner, part, None), qualname.split("."), module
+    )
     return f"{module_name}.{qualname}" if target is value else None
 
 
@@ -930,24 +859,16 @@ def _pytree_registration(cls: type) -> Any:
         ) from error
 
 
+#: by exact type (subclasses of the containers are described by ``subclass``)
 _EXACT: dict[type, Callable[[_Describer, Any], str]] = {
     tuple: _Describer.tuple_,
     list: _Describer.list_,
     dict: _Describer.dict_,
     set: _Describer.set_,
     frozenset: _Describer.set_,
-    np.ndarray: _Describer.ndarray,
-    np.dtype: _Describer.dtype,
-    types.FunctionType: _Describer.function,
     types.MethodType: _Describer.method,
     types.BuiltinFunctionType: _Describer.builtin,
-    types.ModuleType: _Describer.module,
-    types.CodeType: _Describer.code,
-    type: _Describer.class_,
-    functools.partial: _Describer.partial,
-    classmethod: _Describer.wrapped_method,
-    staticmethod: _Describer.wrapped_method,
-    property: _Describer.property_,
+    types.CodeType: lambda self, v: _const(v),
     types.MappingProxyType: lambda self, v: f"mappingproxy({self.dict_(dict(v))})",
     range: lambda self, v: repr(v),
     slice: lambda self, v: f"slice({self(v.start)}, {self(v.stop)}, {self(v.step)})",
