@@ -812,7 +812,12 @@ def _slot_names(cls: type) -> list[str]:
         slots = vars(klass).get("__slots__", ())
         if isinstance(slots, str):
             slots = (slots,)
-        names.extend(s for s in slots if s not in ("__dict__", "__weakref__"))
+        for name in slots:
+            owner = klass.__name__.lstrip("_")
+            if name.startswith("__") and not name.endswith("__") and owner:
+                name = f"_{owner}{name}"  # a private slot's mangled name
+            if name not in ("__dict__", "__weakref__"):
+                names.append(name)
     return names
 
 

@@ -102,6 +102,23 @@ def test_containers():
     assert describe(cycle) == "[1, @0]"
 
 
+class _Scaled:
+    __slots__ = ("__scale", "offset")
+
+    def __init__(self, scale, offset):
+        self.__scale, self.offset = scale, offset
+
+    def __call__(self, x):
+        return self.__scale * x + self.offset
+
+
+def test_instances_by_every_slot_private_ones_too():
+    """A private slot (stored under its mangled name) is part of the state."""
+    assert describe(_Scaled(2.0, 1.0)) == describe(_Scaled(2.0, 1.0))
+    assert describe(_Scaled(2.0, 1.0)) != describe(_Scaled(3.0, 1.0))
+    assert describe(_Scaled(2.0, 1.0)) != describe(_Scaled(2.0, 0.0))
+
+
 # ---------------------------------------------------------------- functions
 def test_a_global_the_function_reads():  # (a) and (j)
     ns = namespace(
