@@ -34,7 +34,7 @@ from pytensor.graph.basic import Apply
 def _restrict(
     fn: Callable, primals: Sequence[Any], wrt: Sequence[bool]
 ) -> tuple[Callable, list[Any]]:
-    """``fn`` as a function of the primals flagged in ``wrt`` only, and those primals."""
+    """``fn`` as a function of the primals flagged in ``wrt``, and those primals."""
 
     def restricted(*differentiable):
         varying = iter(differentiable)
