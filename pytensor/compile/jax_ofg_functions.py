@@ -38,9 +38,13 @@ class _InputLeaf:
 INPUT = _InputLeaf()
 
 
+def _is_array(leaf: Any) -> bool:
+    return isinstance(leaf, jax.Array | np.ndarray | np.generic)
+
+
 def _short(value: Any, width: int = 40) -> str:
     """A short, stable description of a static value for op names."""
-    if isinstance(value, np.ndarray | np.generic | jax.Array):
+    if _is_array(value):
         array = np.asarray(value)
         dims = ",".join(map(str, array.shape))
         return f"{array.dtype.name}[{dims}]"
@@ -59,7 +63,7 @@ def static_key(value: Any) -> Hashable:
     and value (so ``1``, ``1.0`` and ``True`` differ); anything unhashable by
     object identity (the leaf is kept alive by the :class:`Static` holding it).
     """
-    if isinstance(value, np.ndarray | np.generic | jax.Array):
+    if _is_array(value):
         array = np.asarray(value)
         digest = hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
         return ("array", array.dtype.str, array.shape, digest)
@@ -91,15 +95,11 @@ class Static:
     def __repr__(self) -> str:
         return _short(self.value)
 
-    def __getstate__(self):
+    def __reduce__(self):
         value = self.value
         if callable(value) and not _is_array(value):
             value = _picklable_function(value)
-        return {"value": value}
-
-    def __setstate__(self, state):
-        object.__setattr__(self, "value", state["value"])
-        self.__post_init__()
+        return Static, (value,)
 
 
 @dataclass(frozen=True)
@@ -113,13 +113,6 @@ class Nested:
 
     producer: FlatJaxFunction
     index: int
-
-    @property
-    def n_inputs(self) -> int:
-        return self.producer.n_inputs
-
-    def rebuild(self, arrays: Sequence[Any]) -> Callable:
-        return self.producer.callables(*arrays)[self.index]
 
     def __repr__(self) -> str:
         return self.producer.name
@@ -165,43 +158,18 @@ def wrapped_function(module: str, qualname: str) -> Callable:
 def _picklable_function(fn: Callable) -> Any:
     """What pickles in place of ``fn``: a reference through its wrapper if shadowed."""
     name = shadowing_wrapper_name(fn)
-    return fn if name is None else _ShadowedFunction(*name)
+    return fn if name is None else _PickledAs(wrapped_function, name)
 
 
 @dataclass(frozen=True)
-class _ShadowedFunction:
-    module: str
-    qualname: str
+class _PickledAs:
+    """Pickles as the call ``rebuild(*args)``, which unpickling makes."""
+
+    rebuild: Callable
+    args: tuple
 
     def __reduce__(self):
-        return wrapped_function, (self.module, self.qualname)
-
-
-class _Placeholder:
-    """The leaves of a tree skeleton (see :func:`picklable_treedef`)."""
-
-    __slots__ = ()
-
-    def __reduce__(self):
-        return "PLACEHOLDER"
-
-
-PLACEHOLDER = _Placeholder()
-
-
-def structure_of(skeleton: Any) -> Any:
-    """The tree structure of a skeleton made by :func:`picklable_treedef`."""
-    return jax.tree_util.tree_structure(
-        skeleton, is_leaf=lambda x: isinstance(x, _Placeholder)
-    )
-
-
-@dataclass(frozen=True)
-class _TreeSkeleton:
-    skeleton: Any
-
-    def __reduce__(self):
-        return structure_of, (self.skeleton,)
+        return self.rebuild, self.args
 
 
 def picklable_treedef(treedef: Any) -> Any:
@@ -210,17 +178,15 @@ def picklable_treedef(treedef: Any) -> Any:
     A pickled ``PyTreeDef`` keeps its nodes' auxiliary data by value, which
     breaks node types that compare it by identity (equinox modules keep a
     ``MISSING`` sentinel there, and a copy of it is no longer ``MISSING``).
-    A skeleton (the tree with placeholder leaves) pickles its nodes as
-    ordinary objects, and flattening it again on the other side makes fresh
-    auxiliary data.
+    A skeleton (the tree with :data:`INPUT` leaves, as a placeholder)
+    pickles its nodes as ordinary objects, and flattening it again on the
+    other side makes fresh auxiliary data.
     """
     try:
-        skeleton = jax.tree_util.tree_unflatten(
-            treedef, [PLACEHOLDER] * treedef.num_leaves
-        )
+        skeleton = jax.tree_util.tree_unflatten(treedef, [INPUT] * treedef.num_leaves)
     except Exception:  # a node type that validates its leaves
         return treedef
-    return _TreeSkeleton(skeleton)
+    return _PickledAs(jax.tree_util.tree_structure, (skeleton,))
 
 
 @dataclass(frozen=True)
@@ -239,17 +205,9 @@ class OutputLayout:
     #: the number of arrays is checked, not the containers holding them.
     declared: bool = False
 
-    @property
-    def n_arrays(self) -> int:
-        return self.kinds.count("array")
-
     def __reduce__(self):
         treedef = picklable_treedef(self.treedef)
         return type(self), (treedef, self.kinds, self.statics, self.declared)
-
-
-def _is_array(leaf: Any) -> bool:
-    return isinstance(leaf, jax.Array | np.ndarray | np.generic)
 
 
 def _leaf_kind(leaf: Any) -> str:
@@ -258,16 +216,6 @@ def _leaf_kind(leaf: Any) -> str:
     if callable(leaf):
         return "callable"
     return "static"
-
-
-def flatten_outputs(outputs: Any) -> tuple[list[Any], OutputLayout]:
-    """Flatten a function result, keeping callables (closures, modules) whole."""
-    leaves, treedef = jax.tree_util.tree_flatten(
-        outputs, is_leaf=lambda x: callable(x) and not _is_array(x)
-    )
-    kinds = tuple(_leaf_kind(leaf) for leaf in leaves)
-    statics = tuple(leaf for leaf, kind in zip(leaves, kinds) if kind == "static")
-    return leaves, OutputLayout(treedef, kinds, statics)
 
 
 class OutputStructureError(TypeError):
@@ -334,32 +282,38 @@ class FlatJaxFunction(InnerFunction):
     @property
     def n_inputs(self) -> int:
         return sum(
-            1 if leaf is INPUT else leaf.n_inputs
+            1 if leaf is INPUT else leaf.producer.n_inputs
             for leaf in self.leaves
             if not isinstance(leaf, Static)
         )
 
     def call_pytree(self, *arrays: Any) -> Any:
         """Call the function with the arrays put back in their pytree places."""
-        position = 0
+        remaining = iter(arrays)
         values = []
         for leaf in self.leaves:
             if leaf is INPUT:
-                values.append(arrays[position])
-                position += 1
+                values.append(next(remaining))
             elif isinstance(leaf, Static):
                 values.append(leaf.value)
-            else:
-                values.append(leaf.rebuild(arrays[position : position + leaf.n_inputs]))
-                position += leaf.n_inputs
+            else:  # Nested: the producer's callable, from its own inputs
+                own = [next(remaining) for _ in range(leaf.producer.n_inputs)]
+                values.append(leaf.producer.callables(*own)[leaf.index])
         args, kwargs = jax.tree_util.tree_unflatten(self.treedef, values)
         return self.fn(*args, **kwargs)
 
     def trace(self, *arrays: Any) -> tuple[list[Any], OutputLayout]:
-        """Call the function and return its output leaves and layout."""
-        return flatten_outputs(self.call_pytree(*arrays))
+        """Call the function; its output leaves (callables kept whole) and layout."""
+        leaves, treedef = jax.tree_util.tree_flatten(
+            self.call_pytree(*arrays),
+            is_leaf=lambda x: callable(x) and not _is_array(x),
+        )
+        kinds = tuple(_leaf_kind(leaf) for leaf in leaves)
+        statics = tuple(leaf for leaf, kind in zip(leaves, kinds) if kind == "static")
+        return leaves, OutputLayout(treedef, kinds, statics)
 
-    def _checked_leaves(self, *arrays: Any) -> list[Any]:
+    def _checked_leaves(self, kind: str, arrays: Sequence[Any]) -> list[Any]:
+        """The output leaves of ``kind``, once the output structure is checked."""
         leaves, layout = self.trace(*arrays)
         expected = self.layout
         if expected is not None and expected.declared:
@@ -367,7 +321,7 @@ class FlatJaxFunction(InnerFunction):
                 raise OutputStructureError(
                     f"The JAX function {self.name!r} returned {len(layout.kinds)} "
                     f"leaves of kinds {layout.kinds}, but `output_types=` declares "
-                    f"{expected.n_arrays} arrays."
+                    f"{expected.kinds.count('array')} arrays."
                 )
         elif expected is not None and (
             layout.treedef != expected.treedef or layout.kinds != expected.kinds
@@ -379,17 +333,15 @@ class FlatJaxFunction(InnerFunction):
                 "output types were inferred. A wrapped function must return the "
                 "same pytree structure for every input value."
             )
-        return leaves
+        return [leaf for leaf, k in zip(leaves, layout.kinds) if k == kind]
 
     def __call__(self, *arrays: Any) -> ArrayTuple:
         """The array outputs, in pytree order (what the op outputs)."""
-        leaves = self._checked_leaves(*arrays)
-        return tuple(leaf for leaf in leaves if _is_array(leaf))
+        return tuple(self._checked_leaves("array", arrays))
 
     def callables(self, *arrays: Any) -> list[Callable]:
         """The callable outputs, in pytree order (what symbolic callables hold)."""
-        leaves = self._checked_leaves(*arrays)
-        return [leaf for leaf in leaves if _leaf_kind(leaf) == "callable"]
+        return self._checked_leaves("callable", arrays)
 
     def describe(self) -> str:
         """``name(argument=static, ...)``: what the function bakes in.

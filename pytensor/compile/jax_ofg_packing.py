@@ -87,8 +87,14 @@ class DtypePacking:
             plan.append((buffer, start, stop, tuple(shape)))
         return plan
 
+    def packs(self, arrays: Sequence[Any]) -> bool:
+        """Whether every array's dtype has a buffer."""
+        return {dtype_name(array) for array in arrays} <= set(self.dtypes)
+
     def fits(self, vectors: Sequence[Any], like: Sequence[Any]) -> bool:
-        """Whether ``vectors`` have the lengths that arrays shaped ``like`` pack into."""
+        """Whether arrays shaped and typed ``like`` pack into exactly ``vectors``."""
+        if not self.packs(like):
+            return False
         lengths = [0] * len(self.dtypes)
         for array in like:
             lengths[self.buffer_of(dtype_name(array))] += math.prod(array.shape)

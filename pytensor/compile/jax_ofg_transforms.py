@@ -31,16 +31,16 @@ from pytensor.compile.jax_ofg_shapes import (
 from pytensor.graph.basic import Apply
 
 
-def _merge(
-    fixed: Sequence[Any], varying: Sequence[Any], mask: Sequence[bool]
-) -> list[Any]:
-    """Put ``varying`` into the positions of ``fixed`` where ``mask`` is true."""
-    values = list(fixed)
-    varying_iter = iter(varying)
-    for i, selected in enumerate(mask):
-        if selected:
-            values[i] = next(varying_iter)
-    return values
+def _restrict(
+    fn: Callable, primals: Sequence[Any], wrt: Sequence[bool]
+) -> tuple[Callable, list[Any]]:
+    """``fn`` as a function of the primals flagged in ``wrt``, and those primals."""
+
+    def restricted(*differentiable):
+        varying = iter(differentiable)
+        return fn(*(next(varying) if w else p for p, w in zip(primals, wrt)))
+
+    return restricted, [p for p, w in zip(primals, wrt) if w]
 
 
 def value_and_pullback(
@@ -55,12 +55,13 @@ def value_and_pullback(
     :class:`VJPFromResiduals` must build the very same pullback.
     """
 
-    def restricted(*differentiable):
-        outputs = forward(*_merge(primals, differentiable, wrt))
+    restricted, wrt_primals = _restrict(forward, primals, wrt)
+
+    def selected(*differentiable):
+        outputs = restricted(*differentiable)
         return tuple(outputs[i] for i in cotangent_outputs), outputs
 
-    wrt_primals = [p for p, selected in zip(primals, wrt) if selected]
-    _, pullback, outputs = jax.vjp(restricted, *wrt_primals, has_aux=True)
+    _, pullback, outputs = jax.vjp(selected, *wrt_primals, has_aux=True)
     return outputs, pullback
 
 
@@ -124,7 +125,7 @@ def _as_jaxpr_function(fn: Callable, primals: Sequence[Any]) -> Callable:
 def _forward_jvp(fn: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
     """Outputs and output tangents of ``fn`` from its Jacobians (forward mode)."""
     wrt = _differentiated(primals)
-    inputs = [p for p, w in zip(primals, wrt) if w]
+    restricted, inputs = _restrict(fn, primals, wrt)
     sizes = [math.prod(p.shape) for p in inputs]
     offsets = np.cumsum([0, *sizes])
     eye = jnp.eye(int(offsets[-1]))  # made by XLA: no constant of n**2 numbers
@@ -132,21 +133,15 @@ def _forward_jvp(fn: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
         eye[:, a:b].reshape(-1, *p.shape).astype(p.dtype)
         for p, a, b in zip(inputs, offsets, offsets[1:])
     ]
-
-    def restricted(*differentiable):
-        return tuple(fn(*_merge(primals, differentiable, wrt)))
-
-    outputs, linear = jax.linearize(restricted, *inputs)
+    outputs, linear = jax.linearize(lambda *a: tuple(restricted(*a)), *inputs)
     jacobians = jax.vmap(linear)(*basis)  # per output: (directions, *shape)
-    directions = [t for t, w in zip(tangents, wrt) if w]
-    output_tangents = []
-    for output, jacobian in zip(outputs, jacobians):
-        if not jnp.issubdtype(output.dtype, jnp.inexact):
-            output_tangents.append(_zero_cotangent(output))
-            continue
-        flat = jnp.concatenate([jnp.ravel(t) for t in directions]).astype(output.dtype)
-        output_tangents.append(jnp.tensordot(flat, jacobian, axes=1))
-    return outputs, tuple(output_tangents)
+    flat = jnp.concatenate([jnp.ravel(t) for t, w in zip(tangents, wrt) if w])
+    return outputs, tuple(
+        jnp.tensordot(flat.astype(output.dtype), jacobian, axes=1)
+        if jnp.issubdtype(output.dtype, jnp.inexact)
+        else _zero_cotangent(output)
+        for output, jacobian in zip(outputs, jacobians)
+    )
 
 
 @dataclass(frozen=True)
@@ -220,7 +215,7 @@ class ChosenGradient(InnerFunction):
             traced.append(_as_jaxpr_function(self.fn, primals))
             return _reverse_error(traced[-1], primals)
 
-        shapes = tuple((str(p.shape), np.dtype(p.dtype).name) for p in primals)
+        shapes = tuple((str(p.shape), dtype_name(p)) for p in primals)
         failure = trace_cache.cached(
             "reverse_mode_error", (self.fn, shapes), probe, name=self.name
         )
@@ -252,12 +247,17 @@ class VJPFunction(InnerFunction):
     cotangent_dtypes: tuple[str, ...]
 
     def __call__(self, *args: Any) -> ArrayTuple:
+        return self.value_and_gradients(args)[1]
+
+    def value_and_gradients(self, args: Sequence[Any]) -> tuple[ArrayTuple, tuple]:
+        """``(*primals, *cotangents) -> (outputs, input cotangents)``."""
         n_primals = len(self.wrt)
         primals, cotangents = args[:n_primals], args[n_primals:]
-        _, pullback = value_and_pullback(
+        outputs, pullback = value_and_pullback(
             self.forward, self.wrt, self.cotangent_outputs, primals
         )
-        return tuple(pullback(cast_cotangents(cotangents, self.cotangent_dtypes)))
+        cotangents = cast_cotangents(cotangents, self.cotangent_dtypes)
+        return outputs, tuple(pullback(cotangents))
 
     def split(
         self, residual_dtypes: tuple[str, ...]
@@ -287,16 +287,15 @@ def _abstract_pullback(vjp: VJPFunction, primals: Sequence[Any]) -> Any:
             index.append(positions.setdefault(id(primal), len(traced)))
             if index[-1] == len(traced):
                 traced.append(primal)
-            signature.append((index[-1], primal.shape, np.dtype(primal.dtype).name))
+            signature.append((index[-1], primal.shape, dtype_name(primal)))
         else:
             index.append(None)
             signature.append(("constant", static_key(primal)))
 
     def pullback(*unique):
         rebuilt = [p if k is None else unique[k] for p, k in zip(primals, index)]
-        return value_and_pullback(vjp.forward, vjp.wrt, vjp.cotangent_outputs, rebuilt)[
-            1
-        ]
+        forward, wrt, outputs = vjp.forward, vjp.wrt, vjp.cotangent_outputs
+        return value_and_pullback(forward, wrt, outputs, rebuilt)[1]
 
     # The forward's residual rebuild traces it once more at every call: once
     # per signature is enough (a shape trace of an ODE solve takes a second).
@@ -338,45 +337,37 @@ def residual_dtypes(
     with stand-in sizes; raises the tracing error when every attempt fails.
     A later process reads them from the trace cache.
     """
+    traced_sizes = traced_sizes or {}
+
+    def trace() -> tuple[str, ...]:
+        attempts = [symbolic_shapes(input_shapes)]
+        if any(None in shape for shape in input_shapes):
+            if traced_sizes:
+                sized = [
+                    tuple(
+                        traced_sizes.get(symbol_name(i, j)) if d is None else d
+                        for j, d in enumerate(shape)
+                    )
+                    for i, shape in enumerate(input_shapes)
+                ]
+                attempts.append(symbolic_shapes(sized))
+            attempts += [stand_in_shapes(input_shapes, n) for n in STAND_IN_SIZES]
+        for shapes in attempts:
+            specs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, input_dtypes)]
+            try:
+                leaves = jax.tree_util.tree_leaves(_abstract_pullback(vjp, specs))
+            except Exception as error:  # JAX code that needs concrete sizes
+                failure = error
+                continue
+            return tuple(sorted({dtype_name(leaf) for leaf in leaves}))
+        raise failure
+
     return trace_cache.cached(
         "residual_dtypes",
-        (vjp, tuple(input_shapes), tuple(input_dtypes), dict(traced_sizes or {})),
-        lambda: _traced_residual_dtypes(vjp, input_shapes, input_dtypes, traced_sizes),
+        (vjp, tuple(input_shapes), tuple(input_dtypes), dict(traced_sizes)),
+        trace,
         name=_name(vjp.forward),
     )
-
-
-def _traced_residual_dtypes(
-    vjp: VJPFunction,
-    input_shapes: Sequence[tuple],
-    input_dtypes: Sequence[str],
-    traced_sizes: Mapping[str, int] | None,
-) -> tuple[str, ...]:
-    attempts = [symbolic_shapes(input_shapes)]
-    if any(None in shape for shape in input_shapes):
-        if traced_sizes:
-            sized = [
-                tuple(
-                    traced_sizes.get(symbol_name(i, j)) if d is None else d
-                    for j, d in enumerate(shape)
-                )
-                for i, shape in enumerate(input_shapes)
-            ]
-            attempts.append(symbolic_shapes(sized))
-        attempts += [stand_in_shapes(input_shapes, size) for size in STAND_IN_SIZES]
-    for shapes in attempts:
-        specs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, input_dtypes)]
-        try:
-            leaves = jax.tree_util.tree_leaves(_abstract_pullback(vjp, specs))
-        except Exception as error:  # JAX code that needs concrete sizes
-            failure = error
-            continue
-        return tuple(sorted({np.dtype(leaf.dtype).name for leaf in leaves}))
-    raise failure
-
-
-def _packable(residuals: Sequence[Any], dtypes: Sequence[str]) -> bool:
-    return {dtype_name(r) for r in residuals} <= set(dtypes)
 
 
 @dataclass(frozen=True)
@@ -390,11 +381,7 @@ class VJPForward(InnerFunction):
 
     def split_of(self, vjp: VJPFunction) -> bool:
         """Whether this is the forward half of ``vjp`` (its residuals fit it)."""
-        return (self.forward, self.wrt, self.cotangent_outputs) == (
-            vjp.forward,
-            vjp.wrt,
-            vjp.cotangent_outputs,
-        )
+        return self == vjp.split(self.residual_dtypes)[0]
 
     def __call__(self, *primals: Any) -> ArrayTuple:
         empty = tuple(jnp.zeros((0,), dtype) for dtype in self.residual_dtypes)
@@ -407,11 +394,12 @@ class VJPForward(InnerFunction):
             self.forward, self.wrt, self.cotangent_outputs, primals
         )
         residuals = jax.tree_util.tree_leaves(pullback)
-        if not _packable(residuals, self.residual_dtypes):
+        packing = DtypePacking(self.residual_dtypes)
+        if not packing.packs(residuals):
             # Dtypes traced at other lengths (``gradient="auto"`` may choose
             # another mode there): none either.
             return (*outputs, *empty)
-        return (*outputs, *DtypePacking(self.residual_dtypes).pack(residuals))
+        return (*outputs, *packing.pack(residuals))
 
 
 @dataclass(frozen=True)
@@ -434,7 +422,7 @@ class VJPFromResiduals(InnerFunction):
         cotangents = args[n_primals + n_vectors :]
         like, treedef = jax.tree_util.tree_flatten(_abstract_pullback(vjp, primals))
         packing = DtypePacking(self.residual_dtypes)
-        if not (_packable(like, self.residual_dtypes) and packing.fits(vectors, like)):
+        if not packing.fits(vectors, like):
             # Not the traced layout (VJPForward ran under `jax.disable_jit`,
             # or the residual dtypes were traced at other lengths).
             return vjp(*primals, *cotangents)
@@ -455,13 +443,7 @@ class ValueAndVJP(InnerFunction):
     vjp: VJPFunction
 
     def __call__(self, *args: Any) -> ArrayTuple:
-        vjp = self.vjp
-        n_primals = len(vjp.wrt)
-        primals, cotangents = args[:n_primals], args[n_primals:]
-        outputs, pullback = value_and_pullback(
-            vjp.forward, vjp.wrt, vjp.cotangent_outputs, primals
-        )
-        gradients = pullback(cast_cotangents(cotangents, vjp.cotangent_dtypes))
+        outputs, gradients = self.vjp.value_and_gradients(args)
         return (*outputs, *gradients)
 
 
@@ -480,11 +462,7 @@ class JVPFunction(InnerFunction):
     def __call__(self, *args: Any) -> ArrayTuple:
         n_primals = len(self.wrt)
         primals, tangents = args[:n_primals], args[n_primals:]
-
-        def restricted(*differentiable):
-            return self.forward(*_merge(primals, differentiable, self.wrt))
-
-        wrt_primals = [p for p, selected in zip(primals, self.wrt) if selected]
+        restricted, wrt_primals = _restrict(self.forward, primals, self.wrt)
         tangents = [jnp.asarray(t, p.dtype) for t, p in zip(tangents, wrt_primals)]
         _, output_tangents = jax.jvp(restricted, tuple(wrt_primals), tuple(tangents))
         return tuple(output_tangents[i] for i in self.tangent_outputs)
@@ -577,15 +555,14 @@ def find_forward(
     mode (or its op passes ``is_forward``) and it takes the very same primal
     variables.
     """
-    vjp: VJPFunction = vjp_node.op.fn
-    if is_forward is None:
-
-        def is_forward(op: Any) -> bool:
-            return op.differentiated_fn == vjp.forward
-
+    forward = vjp_node.op.fn.forward
     primals = pullback_primals(vjp_node)
     for node in candidates:
-        if is_forward(node.op) and list(node.inputs) == primals:
+        if is_forward is None:
+            found = node.op.differentiated_fn == forward
+        else:
+            found = is_forward(node.op)
+        if found and list(node.inputs) == primals:
             return node
     return None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -27,9 +28,7 @@ from pytensor.compile.jax_ofg_functions import (
     shadowing_wrapper_name,
 )
 from pytensor.compile.jax_ofg_op import OpFromJax, describe_types
-from pytensor.compile.jax_ofg_shapes import (
-    trace_output_types,
-)
+from pytensor.compile.jax_ofg_shapes import trace_output_types
 from pytensor.graph.basic import Variable
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
@@ -79,17 +78,9 @@ class SymbolicCallable:
     def __repr__(self) -> str:
         return f"SymbolicCallable({self.name})"
 
-    @functools.cached_property
-    def _call_wrapper(self) -> JaxOpWrapper:
-        return JaxOpWrapper(_call_symbolic, name=f"call({self.name})")
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call_wrapper(self, *args, **kwargs)
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state.pop("_call_wrapper", None)
-        return state
+        wrapper = JaxOpWrapper(_call_symbolic, name=f"call({self.name})")
+        return wrapper(self, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         # Tensor attributes (PyTensor's gradient asks for `.type`, `.tag`...)
@@ -136,12 +127,6 @@ SymbolicCallable.__neg__ = not_a_tensor
 # ---------------------------------------------------------------------------
 # The decorator
 # ---------------------------------------------------------------------------
-
-
-def _types_in_place_of_variables(tree: Any) -> Any:
-    return jax.tree_util.tree_map(
-        lambda leaf: leaf.type if isinstance(leaf, Variable) else leaf, tree
-    )
 
 
 class JaxOpWrapper:
@@ -290,7 +275,10 @@ class JaxOpWrapper:
     def _explicit_types(self, args, kwargs):
         spec = self.output_types
         if callable(spec) and not isinstance(spec, TensorType):
-            type_args, type_kwargs = _types_in_place_of_variables((args, kwargs))
+            type_args, type_kwargs = jax.tree_util.tree_map(
+                lambda leaf: leaf.type if isinstance(leaf, Variable) else leaf,
+                (args, kwargs),
+            )
             spec = spec(*type_args, **type_kwargs)
         types, treedef = jax.tree_util.tree_flatten(spec)
         for t in types:
@@ -311,17 +299,12 @@ def _rebuild_outputs(
     flat: FlatJaxFunction, outputs: Sequence[Variable], inputs: Sequence[Variable]
 ) -> Any:
     layout = flat.layout
-    arrays, statics = iter(outputs), iter(layout.statics)
-    n_callables = 0
-    leaves = []
-    for kind in layout.kinds:
-        if kind == "array":
-            leaves.append(next(arrays))
-        elif kind == "static":
-            leaves.append(next(statics))
-        else:
-            leaves.append(SymbolicCallable(flat, n_callables, inputs))
-            n_callables += 1
+    sources = {
+        "array": iter(outputs),
+        "static": iter(layout.statics),
+        "callable": (SymbolicCallable(flat, i, inputs) for i in itertools.count()),
+    }
+    leaves = [next(sources[kind]) for kind in layout.kinds]
     return jax.tree_util.tree_unflatten(layout.treedef, leaves)
 
 
