@@ -51,8 +51,8 @@ def value_and_pullback(
 ) -> tuple[ArrayTuple, Callable]:
     """All outputs of ``forward``, and the pullback of the selected ones.
 
-    The one place that calls ``jax.vjp``: :class:`VJPForward` and
-    :class:`VJPFromResiduals` must build the very same pullback.
+    The one place that builds a pullback to run: :class:`VJPForward` and
+    :class:`VJPFromResiduals` must build the very same one.
     """
 
     restricted, wrt_primals = _restrict(forward, primals, wrt)
