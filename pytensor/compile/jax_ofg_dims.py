@@ -262,41 +262,32 @@ class InputDims:
         """
         if current is None:
             current = self.current_sizes()
-        return ", ".join(
-            self._describe_input(i, variable, shape, current)
-            for i, (variable, shape) in enumerate(zip(self.variables, self.same_as))
-            if any(rep is not None for rep in shape)
-        )
-
-    def _describe_input(
-        self,
-        index: int,
-        variable: Variable,
-        same_as: tuple[Position | None, ...],
-        current: dict[Position, int],
-    ) -> str:
-        name = variable.name or f"input {index}"
-        dims = _pymc_dims(variable)
-        if dims is not None:
-            where = f"dims {tuple(dims)!r}"
-        else:
-            labels = [
-                str(size) if rep is None else _dim_label(self.graphs[rep], variable)
-                for size, rep in zip(self.shapes[index], same_as)
+        parts = []
+        for i, (variable, reps) in enumerate(zip(self.variables, self.same_as)):
+            if all(rep is None for rep in reps):
+                continue
+            dims = _pymc_dims(variable)
+            if dims is not None:
+                where = f"dims {tuple(dims)!r}"
+            else:
+                labels = [
+                    str(size) if rep is None else _dim_label(self.graphs[rep], variable)
+                    for size, rep in zip(self.shapes[i], reps)
+                ]
+                where = f"shape ({', '.join(labels)}{',' if len(labels) == 1 else ''})"
+            now = [
+                size if rep is None else current.get(rep)
+                for size, rep in zip(self.shapes[i], reps)
             ]
-            where = f"shape ({', '.join(labels)}{',' if len(labels) == 1 else ''})"
-        now = [
-            size if rep is None else current.get(rep)
-            for size, rep in zip(self.shapes[index], same_as)
-        ]
-        if len(now) == 1:
-            size = "length unknown" if now[0] is None else f"length {now[0]} now"
-        elif all(n is None for n in now):
-            size = "shape unknown"
-        else:
-            dims_now = ", ".join("?" if n is None else str(n) for n in now)
-            size = f"shape ({dims_now}) now"
-        return f"{name} ({where}, {size})"
+            if len(now) == 1:
+                size = "length unknown" if now[0] is None else f"length {now[0]} now"
+            elif all(n is None for n in now):
+                size = "shape unknown"
+            else:
+                dims_now = ", ".join("?" if n is None else str(n) for n in now)
+                size = f"shape ({dims_now}) now"
+            parts.append(f"{variable.name or f'input {i}'} ({where}, {size})")
+        return ", ".join(parts)
 
 
 def input_dims(variables: Sequence[Variable]) -> InputDims:

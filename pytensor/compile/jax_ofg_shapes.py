@@ -246,7 +246,7 @@ def _attempt(
 def _result(
     attempt: _Attempt,
     dims: OutputDims,
-    traced_sizes: Mapping[str, int] | None = None,
+    traced_sizes: dict[str, int] | None = None,
 ) -> TraceResult:
     types = tuple(
         TensorType(
@@ -254,7 +254,7 @@ def _result(
         )
         for dtype, out_dims in zip(attempt.dtypes, dims)
     )
-    return TraceResult(types, dims, attempt.layout, dict(traced_sizes or {}))
+    return TraceResult(types, dims, attempt.layout, traced_sizes or {})
 
 
 def trace_output_types(
@@ -286,19 +286,10 @@ def trace_output_types(
         return _result(first, output_dims)
     if not dims.unknown:
         raise _inference_error([first], dims, {}, describe_call)
-    return _fallback_result(first, trace, dims, dtypes, describe_call)
 
-
-def _fallback_result(
-    symbolic: _Attempt,
-    trace: TraceFunction,
-    dims: InputDims,
-    dtypes: Sequence[str],
-    describe_call: Callable[[], str],
-) -> TraceResult:
-    """Step 3: the current lengths and stand-in sizes (symbolic tracing failed)."""
+    # Step 3: the current lengths and stand-in sizes.
     current = dims.current_sizes()
-    attempts = [symbolic]
+    attempts = [first]
     if current:
         # Unknown dims PyTensor cannot compute stay symbolic.
         at_current = [
@@ -320,18 +311,13 @@ def _fallback_result(
         for i, j in dims.unknown
         if dims.same_as[i][j] in current
     }
-    if [a.label for a in traced] == [_CURRENT]:
-        # Only the current lengths trace: the function pins them.
-        (only,) = traced
-        _check_statics_are_size_independent([only.layout], describe_call)
-        output_dims = _checked_at_zero(only.dims, trace, at_current, dtypes)
-        output_dims = _pinned_dims(
-            output_dims, {symbol_name(*p): n for p, n in current.items()}
-        )
-        return _result(only, output_dims, traced_sizes)
-    if len(traced) < 2:
+    pinned = [a.label for a in traced] == [_CURRENT]
+    if len(traced) < 2 and not pinned:
         raise _inference_error(attempts, dims, current, describe_call)
     _check_statics_are_size_independent([a.layout for a in traced], describe_call)
+    if pinned:  # only the current lengths trace: the function pins them
+        output_dims = _checked_at_zero(traced[0].dims, trace, at_current, dtypes)
+        return _result(traced[0], _pinned_dims(output_dims, current), traced_sizes)
     output_dims = tuple(
         tuple(
             sizes[0] if isinstance(sizes[0], int) and len(set(sizes)) == 1 else None
@@ -342,18 +328,19 @@ def _fallback_result(
     return _result(traced[0], output_dims, traced_sizes)
 
 
-def _pinned_dims(dims: OutputDims, rep_sizes: Mapping[str, int]) -> OutputDims:
-    """Output dims of a function that traces only at the current lengths.
+def _pinned_dims(
+    dims: OutputDims, current: Mapping[tuple[int, int], int]
+) -> OutputDims:
+    """Output dims of a function that traces only at the ``current`` lengths.
 
     An output dim equal to the current length of one (class of equal) input
     dims is taken to be that length: an expression, checked at run time,
     not a static size that a new length would make wrong. Equal to several,
-    it is left to the run time. ``rep_sizes`` maps each class's symbol to
-    its current length.
+    it is left to the run time.
     """
     symbols_of: dict[int, list[str]] = {}
-    for symbol, size in rep_sizes.items():
-        symbols_of.setdefault(size, []).append(symbol)
+    for position, size in current.items():
+        symbols_of.setdefault(size, []).append(symbol_name(*position))
 
     def pinned(d: int | str | None) -> int | str | None:
         if not isinstance(d, int) or d not in symbols_of:
@@ -420,12 +407,12 @@ def _inference_error(
     size with their current lengths; lists what was tried; says what to do.
     """
     failed = [a for a in attempts if a.error is not None]
-    at_current = [a for a in failed if a.label == _CURRENT]
-    reported = at_current[0] if at_current else failed[-1]
+    reported = next((a for a in failed if a.label == _CURRENT), failed[-1])
     error = reported.error
     if reported is not failed[0]:
         error.__context__ = failed[0].error
     shapes_text = ", ".join(str(tuple(s)) for s in reported.shapes)
+    first_line = (str(error).strip().splitlines() or [""])[0]
     unknown = ""
     if dims.unknown:  # then the stand-in sizes were tried last
         tried = [a.label for a in attempts[: -len(STAND_IN_SIZES)]]
@@ -443,13 +430,13 @@ def _inference_error(
             "or, when the sizes are known only to you, pass "
             "`output_types=` to `as_jax_op` and fix unknown input shapes with "
             "`pt.specify_shape`. JAX said: "
-            f"{type(error).__name__}: {_first_line(error)}{unknown}"
+            f"{type(error).__name__}: {first_line}{unknown}"
         )
     else:
         message = (
             f"{describe_call()} raised {type(error).__name__} while its output "
             f"types were inferred (traced with input shapes {shapes_text}): "
-            f"{_first_line(error)}{unknown}\n{_what_to_do(reported, dims, current)}"
+            f"{first_line}{unknown}\n{_what_to_do(reported, dims, current)}"
         )
     result = ShapeInferenceError(message)
     result.__cause__ = error
@@ -476,11 +463,6 @@ def _what_to_do(
         "PyTensor cannot compute (`length unknown`) with `pt.specify_shape`, "
         "or pass `output_types=` to `as_jax_op`."
     )
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
 
 
 # PyTensor's JAX backend keeps shape arithmetic made of + - * // static (Python
