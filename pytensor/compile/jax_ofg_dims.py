@@ -34,16 +34,9 @@ from pytensor.tensor.type import TensorType
 Position = tuple[int, int]
 
 
-class _OwnShape:
-    """Memo entry for a dim whose shape graph is ``Shape_i(variable)`` itself.
-
-    Stored instead of the graph, which would keep the memo's key alive.
-    """
-
-    __slots__ = ()
-
-
-_OWN_SHAPE = _OwnShape()
+#: Memo entry for a dim whose shape graph is ``Shape_i(variable)`` itself,
+#: stored instead of the graph, which would keep the memo's key alive.
+_OWN_SHAPE = object()
 
 #: Folded shape graphs per variable (an int for a dim known to be constant).
 _folded: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -87,14 +80,13 @@ def dim_graphs(variable: Variable) -> tuple[int | Variable, ...]:
     if memo is None:
         unknown = [d for d, s in enumerate(shape) if s is None]
         folded = dict(zip(unknown, _fold(variable, unknown)))
-        entries = [
-            s if s is not None else _memo_entry(variable, d, folded[d])
+        memo = tuple(
+            _memo_entry(variable, d, folded[d]) if s is None else s
             for d, s in enumerate(shape)
-        ]
-        if not any(e is None for e in entries):
-            _folded[variable] = memo = tuple(entries)
-        else:
-            memo = tuple(folded.get(d, s) for d, s in enumerate(shape))
+        )
+        if any(entry is None for entry in memo):
+            return tuple(folded.get(d, s) for d, s in enumerate(shape))
+        _folded[variable] = memo
     return tuple(
         Shape_i(d)(variable) if entry is _OWN_SHAPE else entry
         for d, entry in enumerate(memo)
@@ -159,12 +151,10 @@ def is_fixed(variable: Variable) -> bool:
 def _small_integer(variable: Variable) -> bool:
     """An integer (or boolean) tensor or scalar (a Subtensor index) of at most one dim."""
     dtype = getattr(variable.type, "dtype", "")
-    ndim = getattr(variable.type, "ndim", None)
     return (
         isinstance(dtype, str)
         and (dtype.startswith(("int", "uint")) or dtype == "bool")
-        and ndim is not None
-        and ndim <= 1
+        and getattr(variable.type, "ndim", 2) <= 1
     )
 
 
@@ -176,11 +166,6 @@ def evaluate_values(graphs: Sequence[Variable]) -> list[np.ndarray]:
     """
     evaluate = function([], list(graphs), mode=Mode(linker="py", optimizer=None))
     return [np.asarray(value) for value in evaluate()]
-
-
-def evaluate_lengths(graphs: Sequence[Variable]) -> list[int]:
-    """The current values of integer scalar graphs (see :func:`evaluate_values`)."""
-    return [int(value) for value in evaluate_values(graphs)]
 
 
 def _pymc_dims(variable: Variable) -> tuple | None:
@@ -265,10 +250,10 @@ class InputDims:
             return {}
         positions = sorted(self.computable)
         try:
-            lengths = evaluate_lengths([self.graphs[p] for p in positions])
+            values = evaluate_values([self.graphs[p] for p in positions])
         except Exception:
             return {}
-        return dict(zip(positions, lengths))
+        return {p: int(value) for p, value in zip(positions, values)}
 
     def describe_unknown(self, current: dict[Position, int] | None = None) -> str:
         """The inputs with unknown dims, by name and PyMC dims, with current lengths.
@@ -278,41 +263,31 @@ class InputDims:
         if current is None:
             current = self.current_sizes()
         parts = []
-        for i, (variable, shape) in enumerate(zip(self.variables, self.same_as)):
-            if all(rep is None for rep in shape):
+        for i, (variable, reps) in enumerate(zip(self.variables, self.same_as)):
+            if all(rep is None for rep in reps):
                 continue
-            parts.append(self._describe_input(i, variable, shape, current))
-        return ", ".join(parts)
-
-    def _describe_input(
-        self,
-        index: int,
-        variable: Variable,
-        same_as: tuple[Position | None, ...],
-        current: dict[Position, int],
-    ) -> str:
-        name = variable.name or f"input {index}"
-        dims = _pymc_dims(variable)
-        if dims is not None:
-            where = f"dims {tuple(dims)!r}"
-        else:
-            labels = [
-                str(size) if rep is None else _dim_label(self.graphs[rep], variable)
-                for size, rep in zip(self.shapes[index], same_as)
+            dims = _pymc_dims(variable)
+            if dims is not None:
+                where = f"dims {tuple(dims)!r}"
+            else:
+                labels = [
+                    str(size) if rep is None else _dim_label(self.graphs[rep], variable)
+                    for size, rep in zip(self.shapes[i], reps)
+                ]
+                where = f"shape ({', '.join(labels)}{',' if len(labels) == 1 else ''})"
+            now = [
+                size if rep is None else current.get(rep)
+                for size, rep in zip(self.shapes[i], reps)
             ]
-            where = f"shape ({', '.join(labels)}{',' if len(labels) == 1 else ''})"
-        now = [
-            size if rep is None else current.get(rep)
-            for size, rep in zip(self.shapes[index], same_as)
-        ]
-        if len(now) == 1:
-            size = "length unknown" if now[0] is None else f"length {now[0]} now"
-        elif all(n is None for n in now):
-            size = "shape unknown"
-        else:
-            dims_now = ", ".join("?" if n is None else str(n) for n in now)
-            size = f"shape ({dims_now}) now"
-        return f"{name} ({where}, {size})"
+            if len(now) == 1:
+                size = "length unknown" if now[0] is None else f"length {now[0]} now"
+            elif all(n is None for n in now):
+                size = "shape unknown"
+            else:
+                dims_now = ", ".join("?" if n is None else str(n) for n in now)
+                size = f"shape ({dims_now}) now"
+            parts.append(f"{variable.name or f'input {i}'} ({where}, {size})")
+        return ", ".join(parts)
 
 
 def input_dims(variables: Sequence[Variable]) -> InputDims:
@@ -324,7 +299,7 @@ def input_dims(variables: Sequence[Variable]) -> InputDims:
     shapes = tuple(
         tuple(g if isinstance(g, int) else None for g in dims) for dims in graphs
     )
-    representatives: list[tuple[Position, Variable]] = []
+    rep_graphs: dict[Position, Variable] = {}
     same_as = []
     for i, dims in enumerate(graphs):
         row: list[Position | None] = []
@@ -333,14 +308,11 @@ def input_dims(variables: Sequence[Variable]) -> InputDims:
                 row.append(None)
                 continue
             rep = next(
-                (p for p, g in representatives if equal_computations([g], [graph])),
-                None,
+                (p for p, g in rep_graphs.items() if equal_computations([g], [graph])),
+                (i, j),
             )
-            if rep is None:
-                rep = (i, j)
-                representatives.append((rep, graph))
+            rep_graphs.setdefault(rep, graph)
             row.append(rep)
         same_as.append(tuple(row))
-    rep_graphs = dict(representatives)
     computable = frozenset(p for p, g in rep_graphs.items() if is_computable(g))
     return InputDims(shapes, tuple(same_as), computable, rep_graphs, tuple(variables))

@@ -8,7 +8,7 @@ The steps and why: the guide's developer notes, "Shape inference, in order".
 from __future__ import annotations
 
 import ast
-import functools
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -70,21 +70,17 @@ def symbolic_shapes(
     ``same_as`` (see :class:`~pytensor.compile.jax_ofg_dims.InputDims`) gives
     dims proven equal one symbol, named after the first of them.
     """
-    unknown = [
-        (i, j) for i, s in enumerate(shapes) for j, d in enumerate(s) if d is None
-    ]
-    if not unknown:
-        return [tuple(shape) for shape in shapes]
-    rep = {p: same_as[p[0]][p[1]] or p for p in unknown} if same_as else {}
-    names = list(dict.fromkeys(rep.get(p, p) for p in unknown))
-    symbols = dict(
-        zip(names, jax_export.symbolic_shape(", ".join(symbol_name(*p) for p in names)))
-    )
+    reps = {
+        (i, j): (same_as[i][j] if same_as else None) or (i, j)
+        for i, shape in enumerate(shapes)
+        for j, d in enumerate(shape)
+        if d is None
+    }
+    names = list(dict.fromkeys(reps.values()))
+    text = ", ".join(symbol_name(*p) for p in names)
+    symbols = dict(zip(names, jax_export.symbolic_shape(text)))
     return [
-        tuple(
-            symbols[rep.get((i, j), (i, j))] if d is None else d
-            for j, d in enumerate(shape)
-        )
+        tuple(symbols[reps[i, j]] if d is None else d for j, d in enumerate(shape))
         for i, shape in enumerate(shapes)
     ]
 
@@ -116,10 +112,7 @@ class Lengths(Mapping):
         self._items = tuple(sorted(dict(lengths).items()))
 
     def __getitem__(self, symbol: str) -> int:
-        for name, length in self._items:
-            if name == symbol:
-                return length
-        raise KeyError(symbol)
+        return dict(self._items)[symbol]
 
     def __iter__(self):
         return (name for name, _ in self._items)
@@ -129,11 +122,6 @@ class Lengths(Mapping):
 
     def __hash__(self) -> int:
         return hash(self._items)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Lengths):
-            return self._items == other._items
-        return isinstance(other, Mapping) and dict(self._items) == dict(other)
 
     def __repr__(self) -> str:
         return f"Lengths({dict(self._items)})"
@@ -184,13 +172,8 @@ class InputMap:
 
     def rename_sizes(self, sizes: Mapping[str, int]) -> dict[str, int]:
         """Lengths by symbol, for the derived op's symbols (baked inputs dropped)."""
-        renamed = {}
-        for symbol, size in sizes.items():
-            match = _SYMBOL.fullmatch(symbol)
-            new = self.symbol(int(match[1]), int(match[2]))
-            if not new.startswith("("):
-                renamed[new] = size
-        return renamed
+        renamed = {self.rename(symbol): size for symbol, size in sizes.items()}
+        return {new: size for new, size in renamed.items() if not new.startswith("(")}
 
 
 #: The inputs of a derived op are the original op's, at the same positions
@@ -214,9 +197,8 @@ class TraceResult:
 
 TraceFunction = Callable[..., tuple[list[Any], OutputLayout]]
 
-# Labels of the traces, in error messages.
+# The label of the trace at the current lengths, in error messages.
 _CURRENT = "the current lengths"
-_STAND_IN = "stand-in size "
 
 
 def _eval_shape(
@@ -253,7 +235,10 @@ def _attempt(
         outputs, layout = _eval_shape(trace, shapes, dtypes)
     except Exception as error:  # JAX code that needs other (concrete) sizes
         return _Attempt(label, shapes, error=error)
-    dims = tuple(_symbolic_dims(out.shape) for out in outputs)
+    dims = tuple(
+        tuple(str(d) if jax_export.is_symbolic_dim(d) else int(d) for d in out.shape)
+        for out in outputs
+    )
     dtypes = tuple(np.dtype(out.dtype).name for out in outputs)
     return _Attempt(label, shapes, dims, dtypes, layout)
 
@@ -261,7 +246,7 @@ def _attempt(
 def _result(
     attempt: _Attempt,
     dims: OutputDims,
-    traced_sizes: Mapping[str, int] | None = None,
+    traced_sizes: dict[str, int] | None = None,
 ) -> TraceResult:
     types = tuple(
         TensorType(
@@ -269,11 +254,7 @@ def _result(
         )
         for dtype, out_dims in zip(attempt.dtypes, dims)
     )
-    return TraceResult(types, dims, attempt.layout, dict(traced_sizes or {}))
-
-
-def _symbolic_dims(shape: tuple) -> tuple[int | str, ...]:
-    return tuple(str(d) if jax_export.is_symbolic_dim(d) else int(d) for d in shape)
+    return TraceResult(types, dims, attempt.layout, traced_sizes or {})
 
 
 def trace_output_types(
@@ -297,59 +278,46 @@ def trace_output_types(
         Names the function and its inputs in error messages.
     """
     dtypes = [t.dtype for t in input_types]
-    known = dims.shapes
+    label = "symbolic dims" if dims.unknown else "static shapes"
+    first = _attempt(label, trace, symbolic_shapes(dims.shapes, dims.same_as), dtypes)
+    if first.error is None:
+        _check_statics_are_size_independent([first.layout], describe_call)
+        output_dims = _checked_at_zero(first.dims, trace, dims.shapes, dtypes)
+        return _result(first, output_dims)
     if not dims.unknown:
-        attempt = _attempt("static shapes", trace, list(known), dtypes)
-        if attempt.error is not None:
-            raise _inference_error([attempt], dims, {}, describe_call)
-        return _result(attempt, attempt.dims)
+        raise _inference_error([first], dims, {}, describe_call)
 
-    symbolic = _attempt(
-        "symbolic dims", trace, symbolic_shapes(known, dims.same_as), dtypes
-    )
-    if symbolic.error is None:
-        _check_statics_are_size_independent([symbolic.layout], describe_call)
-        output_dims = _checked_at_zero(symbolic.dims, trace, known, dtypes)
-        return _result(symbolic, output_dims)
-
-    return _fallback_result(symbolic, trace, dims, dtypes, describe_call)
-
-
-def _fallback_result(
-    symbolic: _Attempt,
-    trace: TraceFunction,
-    dims: InputDims,
-    dtypes: Sequence[str],
-    describe_call: Callable[[], str],
-) -> TraceResult:
-    """Step 3: the current lengths and stand-in sizes (symbolic tracing failed)."""
-    known = dims.shapes
+    # Step 3: the current lengths and stand-in sizes.
     current = dims.current_sizes()
-    attempts = [symbolic]
+    attempts = [first]
     if current:
         # Unknown dims PyTensor cannot compute stay symbolic.
-        at_current = _with_sizes(known, dims.same_as, current)
+        at_current = [
+            tuple(current.get(rep, d) for d, rep in zip(shape, reps))
+            for shape, reps in zip(dims.shapes, dims.same_as)
+        ]
         attempts.append(
             _attempt(_CURRENT, trace, symbolic_shapes(at_current, dims.same_as), dtypes)
         )
     attempts += [
-        _attempt(f"{_STAND_IN}{size}", trace, stand_in_shapes(known, size), dtypes)
+        _attempt(
+            f"stand-in size {size}", trace, stand_in_shapes(dims.shapes, size), dtypes
+        )
         for size in STAND_IN_SIZES
     ]
     traced = [a for a in attempts[1:] if a.error is None]
-    traced_sizes = sizes_by_symbol(dims, current)
-    if current and traced == [attempts[1]]:
-        # Only the current lengths trace: the function pins them.
-        (only,) = traced
-        _check_statics_are_size_independent([only.layout], describe_call)
-        output_dims = _checked_at_zero(only.dims, trace, at_current, dtypes)
-        output_dims = _pinned_dims(
-            output_dims, {symbol_name(*p): n for p, n in current.items()}
-        )
-        return _result(only, output_dims, traced_sizes)
-    if len(traced) < 2:
+    traced_sizes = {
+        symbol_name(i, j): current[dims.same_as[i][j]]
+        for i, j in dims.unknown
+        if dims.same_as[i][j] in current
+    }
+    pinned = [a.label for a in traced] == [_CURRENT]
+    if len(traced) < 2 and not pinned:
         raise _inference_error(attempts, dims, current, describe_call)
     _check_statics_are_size_independent([a.layout for a in traced], describe_call)
+    if pinned:  # only the current lengths trace: the function pins them
+        output_dims = _checked_at_zero(traced[0].dims, trace, at_current, dtypes)
+        return _result(traced[0], _pinned_dims(output_dims, current), traced_sizes)
     output_dims = tuple(
         tuple(
             sizes[0] if isinstance(sizes[0], int) and len(set(sizes)) == 1 else None
@@ -360,42 +328,19 @@ def _fallback_result(
     return _result(traced[0], output_dims, traced_sizes)
 
 
-def sizes_by_symbol(
-    dims: InputDims, current: Mapping[tuple[int, int], int]
-) -> dict[str, int]:
-    """The current lengths of every unknown input dim that has one, by symbol."""
-    sizes = {}
-    for i, j in dims.unknown:
-        rep = dims.same_as[i][j]
-        if rep in current:
-            sizes[symbol_name(i, j)] = current[rep]
-    return sizes
-
-
-def _with_sizes(
-    shapes: Sequence[tuple],
-    same_as: Sequence[tuple],
-    sizes: Mapping[tuple[int, int], int],
-) -> list[tuple]:
-    """The shapes with unknown dims whose representative has a size set to it."""
-    return [
-        tuple(sizes.get(rep, d) if d is None else d for d, rep in zip(shape, reps))
-        for shape, reps in zip(shapes, same_as)
-    ]
-
-
-def _pinned_dims(dims: OutputDims, rep_sizes: Mapping[str, int]) -> OutputDims:
-    """Output dims of a function that traces only at the current lengths.
+def _pinned_dims(
+    dims: OutputDims, current: Mapping[tuple[int, int], int]
+) -> OutputDims:
+    """Output dims of a function that traces only at the ``current`` lengths.
 
     An output dim equal to the current length of one (class of equal) input
     dims is taken to be that length: an expression, checked at run time,
     not a static size that a new length would make wrong. Equal to several,
-    it is left to the run time. ``rep_sizes`` maps each class's symbol to
-    its current length.
+    it is left to the run time.
     """
     symbols_of: dict[int, list[str]] = {}
-    for symbol, size in rep_sizes.items():
-        symbols_of.setdefault(size, []).append(symbol)
+    for position, size in current.items():
+        symbols_of.setdefault(size, []).append(symbol_name(*position))
 
     def pinned(d: int | str | None) -> int | str | None:
         if not isinstance(d, int) or d not in symbols_of:
@@ -415,29 +360,20 @@ def _checked_at_zero(
     """Drop symbolic dims that are wrong when the unknown input dims are 0."""
     if all(isinstance(d, int) for out in dims for d in out):
         return dims
-    zero_shapes = [
-        tuple(0 if d is None else d for d in shape) for shape in known_shapes
-    ]
+    zero_shapes = stand_in_shapes(known_shapes, 0)
     try:
         outputs, _ = _eval_shape(trace, zero_shapes, dtypes)
     except Exception:
         # Fails for empty inputs at run time too: nothing to check against.
         return dims
-    zeros = {
-        symbol_name(i, j): 0
-        for i, shape in enumerate(known_shapes)
-        for j, d in enumerate(shape)
-        if d is None
-    }
-    checked = []
-    for out_dims, out in zip(dims, outputs):
-        checked.append(
-            tuple(
-                d if isinstance(d, int) or _evaluate_int(d, zeros) == actual else None
-                for d, actual in zip(out_dims, out.shape)
-            )
+    zeros = _symbol_env(zero_shapes)
+    return tuple(
+        tuple(
+            d if isinstance(d, int) or _evaluate_int(d, zeros) == actual else None
+            for d, actual in zip(out_dims, out.shape)
         )
-    return tuple(checked)
+        for out_dims, out in zip(dims, outputs)
+    )
 
 
 def _check_statics_are_size_independent(
@@ -471,17 +407,19 @@ def _inference_error(
     size with their current lengths; lists what was tried; says what to do.
     """
     failed = [a for a in attempts if a.error is not None]
-    at_current = [a for a in failed if a.label == _CURRENT]
-    reported = at_current[0] if at_current else failed[-1]
+    reported = next((a for a in failed if a.label == _CURRENT), failed[-1])
     error = reported.error
     if reported is not failed[0]:
         error.__context__ = failed[0].error
     shapes_text = ", ".join(str(tuple(s)) for s in reported.shapes)
+    first_line = (str(error).strip().splitlines() or [""])[0]
     unknown = ""
-    if dims.unknown:
+    if dims.unknown:  # then the stand-in sizes were tried last
+        tried = [a.label for a in attempts[: -len(STAND_IN_SIZES)]]
+        sizes = ", ".join(map(str, STAND_IN_SIZES))
         unknown = (
-            f"\nInputs of unknown size: {dims.describe_unknown(dict(current))}. "
-            f"Traced with {_tried(attempts)}."
+            f"\nInputs of unknown size: {dims.describe_unknown(current)}. "
+            f"Traced with {'; '.join(tried)}; stand-in sizes {sizes}."
         )
     if isinstance(error, jax.errors.JAXTypeError | jax.errors.JAXIndexError):
         message = (
@@ -492,30 +430,17 @@ def _inference_error(
             "or, when the sizes are known only to you, pass "
             "`output_types=` to `as_jax_op` and fix unknown input shapes with "
             "`pt.specify_shape`. JAX said: "
-            f"{type(error).__name__}: {_first_line(error)}{unknown}"
+            f"{type(error).__name__}: {first_line}{unknown}"
         )
     else:
         message = (
             f"{describe_call()} raised {type(error).__name__} while its output "
             f"types were inferred (traced with input shapes {shapes_text}): "
-            f"{_first_line(error)}{unknown}\n{_what_to_do(reported, dims, current)}"
+            f"{first_line}{unknown}\n{_what_to_do(reported, dims, current)}"
         )
     result = ShapeInferenceError(message)
     result.__cause__ = error
     return result
-
-
-def _tried(attempts: Sequence[_Attempt]) -> str:
-    """``symbolic dims; the current lengths; stand-in sizes 3, 12, 60``."""
-    labels = [a.label for a in attempts if not a.label.startswith(_STAND_IN)]
-    sizes = [
-        a.label.removeprefix(_STAND_IN)
-        for a in attempts
-        if a.label.startswith(_STAND_IN)
-    ]
-    if sizes:
-        labels.append(f"stand-in sizes {', '.join(sizes)}")
-    return "; ".join(labels)
 
 
 def _what_to_do(
@@ -540,11 +465,6 @@ def _what_to_do(
     )
 
 
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
-
-
 # PyTensor's JAX backend keeps shape arithmetic made of + - * // static (Python
 # ints), but computes maximum, minimum, mod and power with jnp: a shape built
 # from those is traced, and an `Alloc` of it fails under the JAX linker. So
@@ -559,18 +479,6 @@ def _clamp_at_zero(a):
     return a * ((a + _ABOVE_ANY_DIM) // _ABOVE_ANY_DIM)
 
 
-def _maximum(a, b):
-    return b + _clamp_at_zero(a - b)
-
-
-def _minimum(a, b):
-    return a - _clamp_at_zero(a - b)
-
-
-def _floordiv(a, b):
-    return a // b
-
-
 def _mod(a, b):
     return a - (a // b) * b
 
@@ -578,21 +486,21 @@ def _mod(a, b):
 def _power(a, b):
     if not isinstance(b, int) or b < 0:
         raise ValueError(f"unsupported exponent {b!r} in a symbolic dimension")
-    return functools.reduce(operator.mul, [a] * b, 1)
+    return math.prod([a] * b)
 
 
 _BINARY = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
-    ast.FloorDiv: _floordiv,
+    ast.FloorDiv: operator.floordiv,
     ast.Mod: _mod,
     ast.BitXor: _power,  # JAX prints squares as ``n^2``
 }
 _CALLS = {
-    "max": _maximum,
-    "min": _minimum,
-    "floordiv": _floordiv,
+    "max": lambda a, b: b + _clamp_at_zero(a - b),
+    "min": lambda a, b: a - _clamp_at_zero(a - b),
+    "floordiv": operator.floordiv,
     "mod": _mod,
 }
 
@@ -613,23 +521,17 @@ def contradicted_dim(
     """
     if not all(isinstance(d, int) for s in (shape, *input_shapes) for d in s):
         return None  # traced abstractly: nothing to compare yet
-    env = {
-        symbol_name(i, j): d
-        for i, s in enumerate(input_shapes)
-        for j, d in enumerate(s)
-    }
+    env = _symbol_env(input_shapes)
     for dim, (declared, actual) in enumerate(zip(output_dims, shape)):
-        if isinstance(declared, int):
-            expected = declared
-        elif isinstance(declared, str):
-            expected = _evaluate_int(declared, env)
-            if expected < 0:
-                continue  # an expression this does not understand
-        else:
-            continue
-        if expected != actual:
-            return dim, expected
+        if isinstance(declared, str):
+            declared = _evaluate_int(declared, env)  # -1: not understood
+        if isinstance(declared, int) and declared >= 0 and declared != actual:
+            return dim, declared
     return None
+
+
+def _symbol_env(shapes: Sequence[Sequence[int]]) -> dict[str, int]:
+    return {symbol_name(i, j): d for i, s in enumerate(shapes) for j, d in enumerate(s)}
 
 
 def describe_symbol(symbol: str) -> str:
@@ -663,7 +565,7 @@ def dim_to_tensor(expression: int | str, env: Mapping[str, Any]) -> Any:
 def _evaluate_int(expression: str, env: Mapping[str, int]) -> int:
     """The value of a JAX dim expression for integer symbols, clamped at 0."""
     try:
-        return max(_evaluate(ast.parse(expression, mode="eval").body, env), 0)
+        return dim_to_tensor(expression, env)
     except ValueError:
         return -1  # unparsable: never equal to a real size
 
