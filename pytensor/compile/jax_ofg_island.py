@@ -112,13 +112,12 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
             if isinstance(node.op, OpFromJax)
         ]
 
+    wrapped_function_names = wrapped_functions
+
     def __str__(self) -> str:
         functions = self.wrapped_functions()
         others = len(self.fgraph.apply_nodes) - len(functions)
         return f"JaxIsland{{{', '.join(functions)}, +{others} PyTensor nodes}}"
-
-    def wrapped_function_names(self) -> list[str]:
-        return self.wrapped_functions()
 
     # --------------------------------------------------------------- running
     def jax_callable(self) -> Callable[..., tuple]:
@@ -127,9 +126,9 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
         specialized = static or any(
             isinstance(node.op, CheckAndRaise) for node in self.fgraph.apply_nodes
         )
-        lowerings: dict[tuple, _Lowering] = {}
+        lowerings: dict[tuple, Callable] = {}
 
-        def lowering(inputs: Sequence[Any]) -> _Lowering:
+        def lowering(inputs: Sequence[Any]) -> Callable:
             if not specialized:
                 key: tuple = ()
             else:
@@ -142,7 +141,7 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
                 # constants must be concrete arrays, not this trace's tracers.
                 with jax.ensure_compile_time_eval():
                     fgraph = self.fgraph if not specialized else self.specialize(key)
-                    found = lowerings[key] = _Lowering(fgraph)
+                    found = lowerings[key] = _lowering(fgraph)
             return found
 
         def jax_island(*inputs: Any) -> tuple:
@@ -259,7 +258,12 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
                 try:
                     return jax_call(*inputs)
                 except Exception as error:
-                    if not (_island_could_not_trace(error) and self._fits(inputs)):
+                    # Only an error raised while JAX traced the lowering of
+                    # the island's own PyTensor nodes: not a wrapped function's
+                    # (traced inside it), nor the XLA program's, nor one of a
+                    # bad input that jax.jit refused before tracing.
+                    traced = raised_while(error) is RaisedWhile.TRACING_ISLAND
+                    if not (traced and self._fits(inputs)):
                         raise
                     fallback = self._fallback(error)
             return from_outputs(fallback(*inputs))
@@ -312,36 +316,21 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
         ]
 
 
-class _Lowering:
+def _lowering(fgraph: FunctionGraph) -> Callable[..., Sequence[Any]]:
     """PyTensor's JAX lowering of one (specialized) inner graph of an island.
 
     An op and its pullback inside share one ``jax.vjp``: one forward pass
     (:class:`~pytensor.compile.jax_ofg_transforms.SharedPullbacks`).
     """
+    pullbacks = SharedPullbacks(
+        [n for n in fgraph.toposort() if isinstance(n.op, OpFromJax)]
+    )
+    function = jax_backend().jax_funcify(
+        fgraph, fgraph_name="jax_island", jax_ofg_pullbacks=pullbacks
+    )
 
-    def __init__(self, fgraph):
-        self.pullbacks = SharedPullbacks(
-            [n for n in fgraph.toposort() if isinstance(n.op, OpFromJax)]
-        )
-        self.function = jax_backend().jax_funcify(
-            fgraph,
-            fgraph_name="jax_island",
-            jax_ofg_pullbacks=self.pullbacks if self.pullbacks else None,
-        )
+    def lowered(*inputs: Any) -> Sequence[Any]:
+        pullbacks.start_trace()
+        return function(*inputs)
 
-    def __call__(self, *inputs: Any) -> Sequence[Any]:
-        if self.pullbacks:
-            self.pullbacks.start_trace()
-        return self.function(*inputs)
-
-
-def _island_could_not_trace(error: Exception) -> bool:
-    """Whether ``error`` is the island's tracing failure, not the user's error.
-
-    Only an error raised while JAX traced the lowering of the island's
-    PyTensor nodes counts (see :mod:`~pytensor.compile.jax_ofg_errors`): not
-    one of a wrapped function's own (traced inside it), not one of the
-    running XLA program, not a bad input that ``jax.jit`` refused before
-    tracing.
-    """
-    return raised_while(error) is RaisedWhile.TRACING_ISLAND
+    return lowered

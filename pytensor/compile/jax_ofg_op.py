@@ -334,10 +334,7 @@ class OpFromJax(JaxHostOp, Op):
         return [self.describe()]
 
     def error_hint(self) -> str:
-        return self.traced_note()
-
-    def traced_note(self) -> str:
-        """When the types hold only at traced lengths: says so, naming the dims."""
+        # When the types hold only at traced lengths: says so, naming the dims.
         if not self.traced_sizes:
             return ""
         sizes = "; ".join(

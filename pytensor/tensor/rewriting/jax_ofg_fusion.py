@@ -8,7 +8,7 @@ developer notes, "Derivatives and vmap".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from functools import cached_property
 
 from pytensor.compile.jax_ofg_functions import BakedInputs, Static
 from pytensor.compile.jax_ofg_op import OpFromJax
@@ -29,11 +29,7 @@ from pytensor.graph.rewriting.basic import (
     node_rewriter,
 )
 from pytensor.graph.traversal import ancestors
-from pytensor.tensor.rewriting.jax_ofg_islands import (
-    find_islands,
-    islands_enabled,
-    joinable_nodes,
-)
+from pytensor.tensor.rewriting.jax_ofg_islands import islands_enabled, select_islands
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorConstant
 
@@ -43,10 +39,6 @@ __all__ = ["FuseValueAndVJP", "bake_constant_inputs", "fuse_value_and_vjp"]
 
 def _is_vjp_node(node: Apply) -> bool:
     return isinstance(node.op, OpFromJax) and isinstance(node.op.fn, VJPFunction)
-
-
-def _depends_on(variables: Sequence[Variable], outputs: Sequence[Variable]) -> bool:
-    return not set(outputs).isdisjoint(ancestors(variables))
 
 
 class IslandPlan:
@@ -61,19 +53,15 @@ class IslandPlan:
 
     def __init__(self, fgraph):
         self.fgraph = fgraph
-        self._island_of: dict[Apply, int] | None = None
+
+    @cached_property
+    def _island_of(self) -> dict[Apply, int]:
+        if not islands_enabled(get_active_mode(self.fgraph)):
+            return {}
+        islands = select_islands(self.fgraph)
+        return {node: k for k, island in enumerate(islands) for node in island}
 
     def share_an_island(self, forward: Apply, backward: Apply) -> bool:
-        if self._island_of is None:
-            self._island_of = {}
-            if islands_enabled(get_active_mode(self.fgraph)):
-                nodes = self.fgraph.toposort()
-                seeds = [isinstance(n.op, OpFromJax) for n in nodes]
-                islands = find_islands(
-                    self.fgraph, nodes, joinable_nodes(self.fgraph, nodes), seeds
-                )
-                for k, island in enumerate(islands):
-                    self._island_of.update(dict.fromkeys(island, k))
         island = self._island_of.get(forward)
         return island is not None and island == self._island_of.get(backward)
 
@@ -90,10 +78,9 @@ def _value_and_vjp(forward: Apply, vjp_node: Apply) -> dict[Variable, Variable]:
     )
     outputs = combined(*vjp_node.inputs, return_list=True)
     n_outputs = len(forward_op.output_types)
-    values, gradients = outputs[:n_outputs], outputs[n_outputs:]
-    copy_stack_trace(forward.outputs, values)
-    copy_stack_trace(vjp_node.outputs, gradients)
-    return dict(zip([*forward.outputs, *vjp_node.outputs], [*values, *gradients]))
+    copy_stack_trace(forward.outputs, outputs[:n_outputs])
+    copy_stack_trace(vjp_node.outputs, outputs[n_outputs:])
+    return dict(zip([*forward.outputs, *vjp_node.outputs], outputs))
 
 
 def fuse_value_and_vjp(
@@ -132,16 +119,16 @@ def fuse_value_and_vjp(
         residuals = fused.outputs[
             len(fused.outputs) - len(forward_fn.residual_dtypes) :
         ]
-    elif forward is not None and not _depends_on(cotangents, forward.outputs):
+    elif forward is None:
+        return None
+    elif set(forward.outputs).isdisjoint(ancestors(cotangents)):
         # The cotangents are known before the forward runs: one program.
         return _value_and_vjp(forward, node)
-    elif forward is not None and (plan or IslandPlan(fgraph)).share_an_island(
-        forward, node
-    ):
+    elif (plan or IslandPlan(fgraph)).share_an_island(forward, node):
         # Both will be lowered in one XLA program, sharing one jax.vjp
         # (SharedPullbacks): no residuals to trace for, nor to pack.
         return None
-    elif forward is not None:
+    else:
         forward_op: OpFromJax = forward.op
         primal_types = vjp_op.input_types[: len(primals)]
         try:
@@ -169,8 +156,6 @@ def fuse_value_and_vjp(
         outputs, residuals = outputs[:n_outputs], outputs[n_outputs:]
         copy_stack_trace(forward.outputs, outputs)
         replacements.update(zip(forward.outputs, outputs))
-    else:
-        return None
 
     backward_op = vjp_op.derive(
         backward_fn,

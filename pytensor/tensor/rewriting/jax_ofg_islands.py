@@ -40,6 +40,7 @@ __all__ = [
     "islands_enabled",
     "joinable_nodes",
     "joins_islands",
+    "select_islands",
 ]
 
 
@@ -177,16 +178,13 @@ def _has_jax_lowering(node: Apply) -> bool:
     if probed is not None and probed[0] == inputs:
         return probed[1]
     # Lowered as an island lowers it: data constants are variables there.
-    data = [x for x in inputs if is_data(node, x)]
-    as_in_island = (
-        node.op.make_node(*(x.type() if x in data else x for x in inputs))
-        if data
-        else node
-    )
-    lowers = _lowers(as_in_island)
-    if not lowers:
-        specialized = _with_fixed_inputs_constant(as_in_island)
-        lowers = specialized is not None and _lowers(specialized)
+    data = [is_data(node, x) for x in inputs]
+    as_in_island = node
+    if any(data):
+        as_in_island = node.op.make_node(
+            *(x.type() if d else x for x, d in zip(inputs, data))
+        )
+    lowers = _lowers(as_in_island) or _lowers_specialized(as_in_island)
     _LOWERING_PROBES[node] = (inputs, lowers)
     return lowers
 
@@ -201,26 +199,27 @@ def _lowers(node: Apply) -> bool:
     return True
 
 
-def _with_fixed_inputs_constant(node: Apply) -> Apply | None:
-    """``node`` with its fixed inputs as constants of their current values.
+def _lowers_specialized(node: Apply) -> bool:
+    """Whether ``node`` lowers with its fixed inputs as constants of their values.
 
     An island specializes its lowering to them (``Split`` by dim lengths,
-    ``Alloc`` of a dim length): the node lowers if this one does. None when
-    no input is fixed, or they cannot be evaluated.
+    ``Alloc`` of a dim length). False when no input is fixed, or they cannot
+    be evaluated.
     """
     fixed = [x for x in node.inputs if not isinstance(x, Constant) and is_fixed(x)]
     if not fixed:
-        return None
+        return False
     try:
         values = dict(zip(fixed, evaluate_values(fixed)))
-        return node.op.make_node(
+        specialized = node.op.make_node(
             *(
                 pt.constant(values[x], dtype=x.type.dtype) if x in values else x
                 for x in node.inputs
             )
         )
     except Exception:
-        return None
+        return False
+    return _lowers(specialized)
 
 
 def find_islands(
@@ -246,18 +245,16 @@ def find_islands(
     # Reachability, each set including its node.
     ancestors = [ancestors_of[node] for node in nodes]
     adjacent = [0] * len(nodes)
-    children: list[set[int]] = [set() for _ in nodes]
-    for i, node in enumerate(nodes):
-        for inp in node.inputs:
+    descendants = [1 << i for i in range(len(nodes))]
+    # In reverse topological order: a node's descendants are complete when
+    # they are passed on to its inputs' nodes.
+    for i in reversed(range(len(nodes))):
+        for inp in nodes[i].inputs:
             j = position.get(inp.owner)
             if j is not None:
                 adjacent[i] |= 1 << j
                 adjacent[j] |= 1 << i
-                children[j].add(i)
-    descendants = [1 << i for i in range(len(nodes))]
-    for i in reversed(range(len(nodes))):
-        for k in children[i]:
-            descendants[i] |= descendants[k]
+                descendants[j] |= descendants[i]
 
     island_of: dict[int, int] = {}
     members: dict[int, int] = {}  # island id -> bitset of its nodes
@@ -280,17 +277,16 @@ def find_islands(
                 else:
                     frontier &= ~(1 << candidate)  # never joins
                     continue
-                new_above, new_below = above, below
+                new_above, new_below, neighbours = above, below, 0
                 for k in _bits(added):
                     new_above |= ancestors[k]
                     new_below |= descendants[k]
+                    neighbours |= adjacent[k]
                 new_inside = inside | added
                 if new_above & new_below & ~new_inside:
                     continue  # a path would leave the island and come back
                 inside, above, below = new_inside, new_above, new_below
-                for k in _bits(added):
-                    frontier |= adjacent[k]
-                frontier &= ~inside
+                frontier = (frontier | neighbours) & ~inside
                 if other is not None:
                     del members[other]
                 grown = True
@@ -328,22 +324,26 @@ def island_boundary(
     baked = set()
     for node in island:
         for inp in node.inputs:
-            if inp in produced:
-                continue
-            if not isinstance(inp, Constant):
-                inputs[inp] = None
-            elif is_data(node, inp):
-                inputs.setdefault(inp, None)
-            else:
+            if isinstance(inp, Constant) and not is_data(node, inp):
                 baked.add(inp)
-    inputs = {x: None for x in inputs if x not in baked}
+            elif inp not in produced:
+                inputs[inp] = None
     outputs = [
         out
         for node in island
         for out in node.outputs
         if any(client not in inside for client, _ in fgraph.clients[out])
     ]
-    return list(inputs), outputs
+    return [x for x in inputs if x not in baked], outputs
+
+
+def select_islands(fgraph: FunctionGraph) -> list[list[Apply]]:
+    """The islands of ``fgraph``: :func:`find_islands` seeded by its ``OpFromJax`` nodes."""
+    nodes = fgraph.toposort()
+    seeds = [isinstance(node.op, OpFromJax) for node in nodes]
+    if not any(seeds):
+        return []
+    return find_islands(fgraph, nodes, joinable_nodes(fgraph, nodes), seeds)
 
 
 def islands_enabled(mode) -> bool:
@@ -364,12 +364,7 @@ class FormJaxIslands(GraphRewriter):
     def apply(self, fgraph: FunctionGraph) -> None:
         if isinstance(get_active_mode(fgraph).linker, JAXLinker):
             return  # the whole graph is one XLA program already
-        nodes = fgraph.toposort()
-        seeds = [isinstance(node.op, OpFromJax) for node in nodes]
-        if not any(seeds):
-            return
-        islands = find_islands(fgraph, nodes, joinable_nodes(fgraph, nodes), seeds)
-        for island in islands:
+        for island in select_islands(fgraph):
             inputs, outputs = island_boundary(fgraph, island)
             if not outputs or not all(
                 isinstance(x.type, TensorType) for x in (*inputs, *outputs)

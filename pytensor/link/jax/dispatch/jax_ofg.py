@@ -31,21 +31,6 @@ from pytensor.graph.basic import Apply
 __all__ = ["ForkCheckedFunction", "install_jax_linker_check", "jax_funcify_OpFromJax"]
 
 
-def _noted(op: OpFromJax, fn: Callable) -> Callable:
-    def traced(*inputs):
-        try:
-            return fn(*inputs)
-        except Exception as error:
-            mark(
-                error,
-                RaisedWhile.TRACING_WRAPPED_FUNCTION,
-                f"Raised while JAX traced the function in {op}.{op.traced_note()}",
-            )
-            raise
-
-    return traced
-
-
 def _lowering(op: OpFromJax, node: Apply | None, pairs: SharedPullbacks | None):
     """The traced function of ``node``: alone, or a part of a shared VJP."""
     if pairs is None or node is None:
@@ -90,17 +75,20 @@ def jax_funcify_OpFromJax(
     op: OpFromJax, node=None, jax_ofg_pullbacks: SharedPullbacks | None = None, **kwargs
 ):
     """The traced function of an ``OpFromJax`` node (see the module docstring)."""
-    traced_fn = _noted(op, _lowering(op, node, jax_ofg_pullbacks))
+    traced_fn = _lowering(op, node, jax_ofg_pullbacks)
+    single_output = len(op.output_types) == 1
 
-    if len(op.output_types) == 1:
-
-        def opfromjax(*inputs):
-            return traced_fn(*inputs)[0]
-
-    else:
-
-        def opfromjax(*inputs):
-            return traced_fn(*inputs)
+    def opfromjax(*inputs):
+        try:
+            outputs = traced_fn(*inputs)
+        except Exception as error:
+            mark(
+                error,
+                RaisedWhile.TRACING_WRAPPED_FUNCTION,
+                f"Raised while JAX traced the function in {op}.{op.error_hint()}",
+            )
+            raise
+        return outputs[0] if single_output else outputs
 
     return opfromjax
 

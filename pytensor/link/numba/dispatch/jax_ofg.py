@@ -10,6 +10,7 @@ The design: the guide's developer notes, "Host calls".
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
 import threading
 import types
@@ -66,7 +67,7 @@ def register(op: JaxHostOp, writable: tuple[bool, ...], host: Callable) -> str:
     """
     base = digest(f"{stable_key(op)}|{writable}")
     with _LOCK:
-        for suffix in range(len(_REGISTRY) + 1):
+        for suffix in itertools.count():
             key = f"{base}_{suffix}"
             entry = _REGISTRY.get(key)
             if entry is None:
@@ -76,7 +77,6 @@ def register(op: JaxHostOp, writable: tuple[bool, ...], host: Callable) -> str:
                 entry.latest = weakref.ref(host)
                 weakref.finalize(host, _release, key)
                 return key
-    raise AssertionError("unreachable: a free suffix always exists")
 
 
 def _release(key: str) -> None:
@@ -151,19 +151,15 @@ def unpacking_source(
     offsets: dict[str, str | int] = dict.fromkeys(dtypes, 0)
     lines, names, position = [], [], 0
     for k, (t, copy) in enumerate(zip(output_types, writable)):
+        start = offsets[t.dtype]
         if dynamic:
             shape = [f"dims[{position + j}]" for j in range(t.ndim)]
             position += t.ndim
+            lines.append(f"n{k} = {' * '.join(shape) or '1'}")
+            stop = f"{start} + n{k}"
         else:
             shape = [str(d) for d in t.shape]
-        start = offsets[t.dtype]
-        if dynamic:
-            size = f"n{k}"
-            lines.append(f"{size} = {' * '.join(shape) or '1'}")
-            stop = f"{start} + {size}"
-        else:
-            size = int(np.prod(t.shape, dtype=np.int64))
-            stop = f"{int(start) + size}"
+            stop = f"{int(start) + int(np.prod(t.shape, dtype=np.int64))}"
         shape_text = f"({', '.join(shape)}{',' if len(shape) == 1 else ''})"
         view = f"{buffers[dtypes.index(t.dtype)]}[{start}:{stop}].reshape({shape_text})"
         lines.append(f"o{k} = {view}{'.copy()' if copy else ''}")
@@ -205,7 +201,13 @@ def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
     dtypes = op.packing.dtypes
     buffers = [f"b{j}" for j in range(len(dtypes))]
     lines, names, dynamic = unpacking_source(output_types, writable, buffers)
-    name_of = {f"b{j}": _buffer_type(dtype) for j, dtype in enumerate(dtypes)}
+    # Read-only: the buffers are JAX's memory.
+    name_of = {
+        buffer: numba.types.Array(
+            numba.from_dtype(np.dtype(dtype)), 1, "C", readonly=True
+        )
+        for buffer, dtype in zip(buffers, dtypes)
+    }
     if dynamic:
         name_of["dims"] = numba.types.Array(numba.types.int64, 1, "C")
     host = op.buffers_function()
@@ -214,12 +216,11 @@ def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
     bodies = bodies_module()
     for variable, numba_type in name_of.items():
         bodies.__dict__[f"{name}_{variable}"] = numba_type
-    received = list(name_of)
     source = _BODY.format(
         name=name,
         key=key,
-        declared=", ".join(f"{v}={name}_{v}" for v in received),
-        received=", ".join(received) + ("," if len(received) == 1 else ""),
+        declared=", ".join(f"{v}={name}_{v}" for v in name_of),
+        received=", ".join(name_of) + ("," if len(name_of) == 1 else ""),
         unpack="\n".join(f"    {line}" for line in lines),
         returned=names[0] if len(names) == 1 else f"({', '.join(names)})",
     )
@@ -228,11 +229,6 @@ def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
     compiled._jax_ofg_host_op = host  # the registry holds it weakly
     input_types = [str(get_numba_type(x.type)) for x in node.inputs]
     return compiled, digest(f"jax_host_op|{key}|{input_types}|{source}")
-
-
-def _buffer_type(dtype: str) -> numba.types.Array:
-    """A packed buffer: a read-only 1-d array (JAX's memory)."""
-    return numba.types.Array(numba.from_dtype(np.dtype(dtype)), 1, "C", readonly=True)
 
 
 # ------------------------------------------------- a graph that is one island
