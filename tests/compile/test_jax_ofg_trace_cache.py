@@ -648,6 +648,25 @@ def test_equinox_checks_are_served_and_raise_as_before(tmp_path, script_text, me
         assert message in second["ERROR"][1]
 
 
+def _flagged_as_jax_computes(f, *args):
+    """``f``'s program with its checks as a flag; on ``args`` it computes what
+    ``f`` does, and no check failed."""
+    import jax
+
+    from pytensor.compile.jax_ofg_checks import flag_checks, holds_host_callbacks
+
+    jaxpr = jax.make_jaxpr(f)(*args)
+    assert holds_host_callbacks(jaxpr)
+    flagged = flag_checks(jaxpr)
+    outputs, failed = flagged(*args)
+    want = jax.tree_util.tree_leaves(f(*args))
+    assert len(outputs) == len(want)
+    for got, expected in zip(outputs, want):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert not bool(failed)
+    return flagged
+
+
 def test_equinox_checks_inside_a_scan_become_a_flag():
     """The flagged program computes what JAX does, and flags a failed check.
 
@@ -656,10 +675,7 @@ def test_equinox_checks_inside_a_scan_become_a_flag():
     left such programs uncached).
     """
     import equinox as eqx
-    import jax
     from jax import lax
-
-    from pytensor.compile.jax_ofg_checks import flag_checks, holds_host_callbacks
 
     def f(x, w, xs):
         def step(carry, xi):
@@ -669,16 +685,8 @@ def test_equinox_checks_inside_a_scan_become_a_flag():
 
         return lax.scan(step, (x, 2.0 * x), (xs, 3.0 * xs))
 
-    args = (1.0, 2.0, jnp.arange(4.0))
-    jaxpr = jax.make_jaxpr(f)(*args)
-    assert holds_host_callbacks(jaxpr)
-    outputs, failed = flag_checks(jaxpr)(*args)
-    want = jax.tree_util.tree_leaves(f(*args))
-    assert len(outputs) == len(want)
-    for got, expected in zip(outputs, want):
-        np.testing.assert_allclose(got, expected, rtol=1e-15)
-    assert not bool(failed)
-    _, failed = flag_checks(jaxpr)(50.0, 2.0, jnp.arange(4.0))
+    flagged = _flagged_as_jax_computes(f, 1.0, 2.0, jnp.arange(4.0))
+    _, failed = flagged(50.0, 2.0, jnp.arange(4.0))
     assert bool(failed)
 
 
@@ -691,8 +699,6 @@ def test_equinox_checks_inside_a_linear_solve_and_a_while_loop_become_a_flag():
     import equinox as eqx
     import jax
     from jax import lax
-
-    from pytensor.compile.jax_ofg_checks import flag_checks, holds_host_callbacks
 
     def f(a, b):
         def solve(matvec, rhs):
@@ -709,19 +715,11 @@ def test_equinox_checks_inside_a_linear_solve_and_a_while_loop_become_a_flag():
         return x, lax.while_loop(lambda s: s[0] < 3, body, (0, 0.0))[1]
 
     a = jnp.array([[2.0, 1.0], [0.5, 3.0]])
-    args = (a, jnp.array([1.0, 2.0]))
-    jaxpr = jax.make_jaxpr(f)(*args)
-    assert holds_host_callbacks(jaxpr)
-    outputs, failed = flag_checks(jaxpr)(*args)
-    want = jax.tree_util.tree_leaves(f(*args))
-    assert len(outputs) == len(want)
-    for got, expected in zip(outputs, want):
-        np.testing.assert_allclose(got, expected, rtol=1e-6)
-    assert not bool(failed)
+    flagged = _flagged_as_jax_computes(f, a, jnp.array([1.0, 2.0]))
     for bad_b in (jnp.array([1e3, 0.0]), jnp.array([500.0, 0.0])):
         with pytest.raises(Exception, match=r"too big|diverged"):
             jax.block_until_ready(f(a, bad_b))
-        _, failed = flag_checks(jaxpr)(a, bad_b)
+        _, failed = flagged(a, bad_b)
         assert bool(failed)
 
 
