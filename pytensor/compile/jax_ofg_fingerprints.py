@@ -812,8 +812,8 @@ def _slot_names(cls: type) -> list[str]:
         slots = vars(klass).get("__slots__", ())
         if isinstance(slots, str):
             slots = (slots,)
+        owner = klass.__name__.lstrip("_")
         for name in slots:
-            owner = klass.__name__.lstrip("_")
             if name.startswith("__") and not name.endswith("__") and owner:
                 name = f"_{owner}{name}"  # a private slot's mangled name
             if name not in ("__dict__", "__weakref__"):

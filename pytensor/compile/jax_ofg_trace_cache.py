@@ -337,17 +337,16 @@ def _entries(folder: Path) -> list[os.DirEntry]:
 
 def _prune(folder: Path) -> None:
     """Remove the oldest entries until the folder holds at most :data:`MAX_BYTES`."""
-    limit = MAX_BYTES
     entries = _entries(folder)
     total = sum(e.stat().st_size for e in entries)
-    if total <= limit:
+    if total <= MAX_BYTES:
         return
     for entry in sorted(entries, key=lambda e: e.stat().st_mtime):
         with contextlib.suppress(OSError):
             size = entry.stat().st_size
             os.unlink(entry.path)
             total -= size
-        if total <= limit:
+        if total <= MAX_BYTES:
             return
 
 

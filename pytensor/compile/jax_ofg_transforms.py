@@ -294,8 +294,10 @@ def _abstract_pullback(vjp: VJPFunction, primals: Sequence[Any]) -> Any:
 
     def pullback(*unique):
         rebuilt = [p if k is None else unique[k] for p, k in zip(primals, index)]
-        forward, wrt, outputs = vjp.forward, vjp.wrt, vjp.cotangent_outputs
-        return value_and_pullback(forward, wrt, outputs, rebuilt)[1]
+        _, pullback = value_and_pullback(
+            vjp.forward, vjp.wrt, vjp.cotangent_outputs, rebuilt
+        )
+        return pullback
 
     # The forward's residual rebuild traces it once more at every call: once
     # per signature is enough (a shape trace of an ODE solve takes a second).
@@ -556,13 +558,14 @@ def find_forward(
     variables.
     """
     forward = vjp_node.op.fn.forward
+    if is_forward is None:
+
+        def is_forward(op: Any) -> bool:
+            return op.differentiated_fn == forward
+
     primals = pullback_primals(vjp_node)
     for node in candidates:
-        if is_forward is None:
-            found = node.op.differentiated_fn == forward
-        else:
-            found = is_forward(node.op)
-        if found and list(node.inputs) == primals:
+        if is_forward(node.op) and list(node.inputs) == primals:
             return node
     return None
 
@@ -603,9 +606,6 @@ class SharedPullbacks:
                 tuple(sorted({*outputs, *vjp_fn.cotangent_outputs})),
             )
         self._traced = threading.local()  # what the trace under way computed
-
-    def __bool__(self) -> bool:
-        return bool(self.forward_of)
 
     def start_trace(self) -> None:
         """Forget what an earlier trace computed (its tracers are dead)."""
