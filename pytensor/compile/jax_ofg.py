@@ -26,10 +26,11 @@ from pytensor.compile import (
     jax_ofg_compat as compat,
 )
 from pytensor.compile import (
+    jax_ofg_environment,
     jax_ofg_fork_guard,
     jax_ofg_pymc,
-    jax_ofg_reads,
     jax_ofg_trace_cache,
+    jax_ofg_trace_watch,
     jax_ofg_xla_cache,
 )
 from pytensor.compile.jax_ofg_errors import (
@@ -120,10 +121,10 @@ def install() -> None:
     6. **Start-up**: the PyTensor flags ``jax_ofg__xla_cache`` (JAX's
        persistent compilation cache under PyTensor's ``compiledir``) and
        ``jax_ofg__trace_cache`` (traces kept in memory and on disk, next to
-       it: :mod:`~pytensor.compile.jax_ofg_trace_cache`); what traces read
-       from the environment and from files is noted
-       (:mod:`~pytensor.compile.jax_ofg_reads`: an audit hook, and notes in
-       ``os.environ``'s class).
+       it: :mod:`~pytensor.compile.jax_ofg_trace_cache`); an audit hook
+       that watched traces see (:mod:`~pytensor.compile.jax_ofg_trace_watch`),
+       and the installed distributions as the process starts (part of every
+       key).
     7. **Errors**: JAX's log of a failed callback is dropped when the error
        comes out of one of our calls, which names the function itself
        (:class:`~pytensor.compile.jax_ofg_errors.MuteCallbackLogs`).
@@ -160,7 +161,8 @@ def install() -> None:
         jax_ofg_xla_cache.add_config_flag()
         jax_ofg_xla_cache.configure_xla_cache()
         jax_ofg_trace_cache.add_config_flag()
-        jax_ofg_reads.install()
+        jax_ofg_trace_watch.install()
+        jax_ofg_environment.installed_distributions()
 
         logging.getLogger(CALLBACK_LOGGER).addFilter(MuteCallbackLogs())
 

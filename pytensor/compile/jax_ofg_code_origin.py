@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 
-__all__ = ["PROJECT_MODULE", "Kind", "module_kind", "pinned_release"]
+__all__ = ["PROJECT_MODULE", "Kind", "import_kind", "module_kind", "pinned_release"]
 
 #: Where a module's code comes from: ``("stdlib", "")``, ``("project", "")``,
 #: ``("library", "dist==version")`` or ``("user", "")``.
@@ -57,6 +58,31 @@ def module_kind(name: str | None) -> Kind:
     kind = _classify(name, module, file)
     _MODULE_KINDS[name] = (file, kind)
     return kind
+
+
+def import_kind(name: str | None) -> str:
+    """Whether the module ``name``, which is about to be imported, is stdlib,
+    library, project or user code (found by its spec, the module not being
+    there yet).
+
+    >>> import_kind("json"), import_kind("numpy.linalg")
+    ('stdlib', 'library')
+    """
+    if not isinstance(name, str):
+        return "user"
+    if name in sys.modules:
+        return module_kind(name)[0]
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return "user"
+    origin = getattr(spec, "origin", None)
+    if origin in (None, "built-in", "frozen"):
+        locations = list(getattr(spec, "submodule_search_locations", None) or ())
+        origin = str(Path(locations[0]) / "__init__.py") if locations else origin
+    if origin in ("built-in", "frozen"):
+        return "stdlib"
+    return _classify(name, None, origin)[0]
 
 
 def _classify(name: str, module: Any, file: str | None) -> Kind:

@@ -9,7 +9,6 @@ nothing. The guide's developer notes, "Private APIs".
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections.abc import Callable
 from types import FrameType
@@ -35,7 +34,9 @@ ENTRIES: dict[str, str] = {
     "NumbaLinker.create_jitable_thunk": "running a one-island graph directly",
     "JAXLinker.jit_compile": "the JAX linker's fork guard and error names",
     "pymc: _initialize_multiprocessing_context and its callers' `model`": "mp_ctx",
-    "os._Environ.__getitem__/__iter__": "recording what a trace reads",
+    "importlib._bootstrap._find_and_load": "imports while a trace is watched",
+    "pytensor.configparser (ConfigParam.__get__, _config_var_dict)": "flags in keys",
+    "equinox's generated pytree functions (<generated_...>)": "watching traces",
 }
 
 #: The releases the entries were last checked against.
@@ -204,6 +205,29 @@ def caller_frame(depth: int) -> FrameType:
 
 
 # --------------------------------------------------------------------- Python
-def environ_class() -> type:
-    """The class of ``os.environ`` (``os._Environ``), whose reads are recorded."""
-    return type(os.environ)
+def import_entry_code() -> Any:
+    """The code of CPython's import machinery entry (``_find_and_load``), or None."""
+    bootstrap = sys.modules.get("importlib._bootstrap")
+    return getattr(getattr(bootstrap, "_find_and_load", None), "__code__", None)
+
+
+# ------------------------------------------------------------------ PyTensor
+def flag_getter_code() -> Any:
+    """The code every PyTensor flag is read through (``ConfigParam.__get__``)."""
+    from pytensor.configparser import ConfigParam
+
+    return ConfigParam.__get__.__code__
+
+
+def pytensor_flags() -> list[tuple[str, Any]]:
+    """Every PyTensor flag and its value now, by name."""
+    from pytensor import config
+
+    return [(name, getattr(config, name)) for name in sorted(config._config_var_dict)]
+
+
+# ------------------------------------------------------------------- equinox
+#: How equinox names the files of the pytree functions it generates for each
+#: module class (``equinox._module._flatten``), which run in globals without
+#: a ``__name__``.
+EQUINOX_GENERATED_FILES = "<generated_"

@@ -11,16 +11,31 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import sys
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile.jax_ofg_fingerprints import digest
 
 
-__all__ = ["describe_environment", "environment_fingerprint", "project_files"]
+__all__ = [
+    "UNKEYED_FLAGS",
+    "describe_environment",
+    "environment_fingerprint",
+    "installed_distributions",
+    "installed_distributions_changed",
+    "project_files",
+]
+
+#: PyTensor flags that say where caches live, not what a trace computes: no
+#: key holds them (processes sharing a cache copied elsewhere share keys), so
+#: a trace that reads one is not kept (``jax_ofg_trace_watch``). This
+#: package's own flags (``jax_ofg__*``) neither.
+UNKEYED_FLAGS = frozenset({"compiledir", "base_compiledir", "compiledir_format"})
 
 
 #: JAX options that differ between runs for reasons that do not change a
@@ -146,6 +161,72 @@ def _project_files() -> tuple[tuple[str, str], ...]:
     )
 
 
+def _scan_distributions(path: tuple[str, ...]) -> tuple[str, ...]:
+    """Every distribution installed on ``path``: its metadata folder's name
+    (``name-version.dist-info``), with how it was installed when not from an
+    index (``direct_url.json``: a VCS commit, an archive's hash, a folder)."""
+    found = []
+    for entry in dict.fromkeys(os.path.abspath(p or ".") for p in path):
+        try:
+            with os.scandir(entry) as listing:
+                names = [e.name for e in listing if e.name.endswith(_METADATA_DIRS)]
+        except OSError:
+            continue
+        for name in names:
+            try:
+                direct = Path(entry, name, "direct_url.json").read_text()
+            except OSError:
+                direct = ""
+            found.append(f"{name}{'|' + direct.strip() if direct else ''}")
+    return tuple(sorted(found))
+
+
+_METADATA_DIRS = (".dist-info", ".egg-info")
+
+
+@functools.cache
+def _distributions_at_start(path: tuple[str, ...]) -> tuple[str, ...]:
+    return _scan_distributions(path)
+
+
+def installed_distributions() -> tuple[str, ...]:
+    """Every installed distribution, as this process first saw it.
+
+    Library code is keyed by the whole installed environment, not by the
+    release of the library a function comes from: an upgrade of any package
+    a trace could reach (lineax under an unchanged diffrax) gives other keys.
+    Taken once per process (``install()`` takes it at import): the modules in
+    memory are those of the environment the process started with.
+
+    >>> any(d.startswith("numpy-") for d in installed_distributions())
+    True
+    """
+    return _distributions_at_start(tuple(sys.path))
+
+
+def installed_distributions_changed() -> bool:
+    """Whether packages were installed, removed or upgraded since this process
+    first looked: its modules in memory may then not be what the disk holds,
+    and no trace is kept (it would be keyed by the wrong environment).
+    """
+    return _scan_distributions(tuple(sys.path)) != installed_distributions()
+
+
+def _pytensor_flags() -> list[str]:
+    """The PyTensor flags a trace may read (all but :data:`UNKEYED_FLAGS` and
+    this package's own), with their values now."""
+    return [
+        f"{name}={_ADDRESS.sub('', repr(value))}"
+        for name, value in compat.pytensor_flags()
+        if name not in UNKEYED_FLAGS and not name.startswith("jax_ofg__")
+    ]
+
+
+#: Where a repr shows an address (``config.mode`` holds a Mode object while
+#: PyTensor compiles): not what the value is.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def describe_environment() -> str:
     """The readable form of :func:`environment_fingerprint`.
 
@@ -165,6 +246,9 @@ def describe_environment() -> str:
     # bools, numbers, strings, None and enums: repr is exact
     parts.extend(f"{name}={values[name]!r}" for name in _relevant_options(len(values)))
     parts.extend(f"${name}={value!r}" for name, value in _variables())
+    parts.extend(f"pytensor.config.{flag}" for flag in _pytensor_flags())
+    digests = digest("\n".join(installed_distributions()))
+    parts.append(f"installed={digests}")
     return "\n".join(parts)
 
 
@@ -184,13 +268,16 @@ def _variables() -> tuple[tuple[str, str], ...]:
 def environment_fingerprint() -> str:
     """A digest of what every traced program depends on besides its function.
 
-    Python, jax, jaxlib, PyTensor and numpy versions; this project's source
+    Python, jax, jaxlib, PyTensor and numpy versions; every installed
+    distribution (:func:`installed_distributions`); this project's source
     (:func:`project_files`); the JAX options that change traced programs
     (``jax_enable_x64``, ...: all but caches, logging and source locations);
-    the default backend platform; and the environment variables JAX, XLA and
-    equinox read (``JAX_*``, ``XLA_FLAGS``, ``EQX_*``). Versions, variables
-    and the backend are read once; options and source files (by size and
-    modification time) at every call.
+    PyTensor's flags (``floatX``...: all but :data:`UNKEYED_FLAGS`); the
+    default backend platform; and the environment variables JAX, XLA and
+    equinox read (``JAX_*``, ``XLA_FLAGS``, ``EQX_*``). Versions, the
+    installed distributions, variables and the backend are read once;
+    options, flags and source files (by size and modification time) at
+    every call.
 
     >>> environment_fingerprint() == environment_fingerprint()
     True

@@ -38,6 +38,7 @@ __all__ = [
     "Undescribable",
     "describe",
     "describe_or_raise",
+    "describe_with_code",
     "digest",
     "fingerprint",
     "fingerprint_or_raise",
@@ -114,8 +115,28 @@ def describe_or_raise(value: Any, strict: bool = True) -> str:
     ...
     pytensor.compile.jax_ofg_fingerprints.Undescribable: an object with opaque state: lock
     """
+    return describe_with_code(value, strict)[0]
+
+
+def describe_with_code(
+    value: Any, strict: bool = True
+) -> tuple[str, frozenset[types.CodeType]]:
+    """:func:`describe_or_raise`, and the user code the description covers.
+
+    The code objects of every user function described, nested ones
+    (lambdas, inner functions) included: what a trace of ``value`` may run
+    that the description vouches for.
+
+    >>> user_module = {"__name__": "__main__"}
+    >>> exec("def scale(x):\\n    return (lambda y: 2.0 * y)(x)", user_module)
+    >>> scale = user_module["scale"]
+    >>> text, codes = describe_with_code(scale)
+    >>> scale.__code__ in codes, len(codes)
+    (True, 2)
+    """
+    describer = _Describer(strict)
     try:
-        return _Describer(strict)(value)
+        return describer(value), frozenset(describer.codes)
     except Undescribable:
         raise
     except RecursionError:  # a structure too deep to describe
@@ -159,6 +180,8 @@ class _CodeInfo:
     attributes: frozenset[str] | None
     #: (module name, level) of every import statement
     imports: tuple[tuple[str, int], ...]
+    #: the code and every code nested in it (what a trace of it may run)
+    codes: frozenset[types.CodeType]
 
 
 _CODE_INFO: dict[int, tuple[weakref.ref, _CodeInfo]] = {}
@@ -173,7 +196,10 @@ def _code_info(code: types.CodeType) -> _CodeInfo:
         return entry[1]
     info = _compute_code_info(code)
     key = id(code)
-    _CODE_INFO[key] = (weakref.ref(code, lambda _: _CODE_INFO.pop(key, None)), info)
+    _CODE_INFO[key] = (
+        weakref.ref(code, lambda _, t=_CODE_INFO: t.pop(key, None)),
+        info,
+    )
     return info
 
 
@@ -181,8 +207,10 @@ def _compute_code_info(code: types.CodeType) -> _CodeInfo:
     names: set[str] = set()
     strings: set[str] = set()
     imports: list[tuple[str, int]] = []
+    codes: set[types.CodeType] = set()
 
     def walk(c: types.CodeType) -> str:
+        codes.add(c)
         names.update(c.co_names)
         consts = []
         for const in c.co_consts:
@@ -219,6 +247,7 @@ def _compute_code_info(code: types.CodeType) -> _CodeInfo:
         frozenset(names),
         None if dynamic else frozenset(names | strings),
         tuple(dict.fromkeys(imports)),
+        frozenset(codes),
     )
 
 
@@ -311,10 +340,12 @@ class _Describer:
     itself) is a back-reference, ``@depth``, to that enclosing description.
     """
 
-    __slots__ = ("active", "done", "keep", "modules", "strict")
+    __slots__ = ("active", "codes", "done", "keep", "modules", "strict")
 
     def __init__(self, strict: bool):
         self.strict = strict
+        #: the user code described: what a trace of the value may run
+        self.codes: set[types.CodeType] = set()
         #: ids of the values being described, by depth
         self.active: dict[int, int] = {}
         #: finished descriptions by id (those that refer to no enclosing one)
@@ -448,6 +479,7 @@ class _Describer:
                 f"dict={self.dict_(_function_attributes(fn))})"
             )
         info = _code_info(fn.__code__)
+        self.codes |= info.codes
         parts = [
             name,
             f"code={info.text}",
@@ -559,10 +591,23 @@ class _Describer:
     def module(
         self, module: types.ModuleType, attributes: frozenset[str] | None = None
     ) -> str:
-        """A module: library and stdlib ones by name, a user's by the attributes read."""
+        """A module: a user's by the attributes read; a library's or the standard
+        library's by name, and by the plain data it holds that code may read
+        (``sys.argv``, a constant set at run time): its code is pinned, such
+        values are not."""
         kind = module_kind(module.__name__)
         if kind[0] != "user":
-            return f"module({_kind_tag(kind)}:{module.__name__})"
+            namespace = vars(module)
+            read = namespace if attributes is None else attributes
+            data = [
+                (name, namespace[name])
+                for name in sorted(read)
+                if not name.startswith("__")
+                and name in namespace
+                and _is_plain_data(namespace[name])
+            ]
+            text = f"module({_kind_tag(kind)}:{module.__name__}"
+            return f"{text}, {self.named(data)})" if data else f"{text})"
         file = getattr(module, "__file__", None) or ""
         if file and not file.endswith(_SOURCE_SUFFIXES):
             return self.fail(module, "a user's C extension module")
@@ -742,6 +787,9 @@ class _Describer:
         parts = [self(type(op))]
         if not inner or getattr(op, "__props__", None) is not None:
             parts.append(self.props(op))
+        lowering = _user_lowering(type(op))
+        if lowering is not None:  # what JAX runs for it in an island
+            parts.append(f"lowering={self(lowering)}")
         # An inner-graph op (OpFromGraph, JaxIsland) computes its graph.
         if inner:
             parts.append(f"graph={self.fgraph(fgraph)}")
@@ -788,6 +836,22 @@ class _Describer:
         children = treedef.children()
         inner = ", ".join(self.treedef(c, depth + 1) for c in children)
         return f"{self(node_type)}[{self(aux)}]({inner})"
+
+
+_PLAIN_ATOMS = (type(None), bool, int, float, complex, str, bytes, np.generic)
+
+
+def _is_plain_data(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is data a module holds (numbers, strings, arrays and
+    containers of them), not code, classes or modules (pinned by versions)."""
+    if isinstance(value, (*_PLAIN_ATOMS, np.ndarray)):
+        return not isinstance(value, np.ndarray) or not value.dtype.hasobject
+    if depth > 4 or not isinstance(value, tuple | list | dict | set | frozenset):
+        return False
+    items = value.items() if isinstance(value, dict) else ((v, None) for v in value)
+    return all(
+        _is_plain_data(k, depth + 1) and _is_plain_data(v, depth + 1) for k, v in items
+    )
 
 
 def _max_nesting() -> int:
@@ -848,6 +912,21 @@ def _importable_name(value: Any) -> str | None:
         lambda owner, part: getattr(owner, part, None), qualname.split("."), module
     )
     return f"{module_name}.{qualname}" if target is value else None
+
+
+def _user_lowering(op_type: type) -> Any:
+    """The JAX lowering (``jax_funcify``) user code registered for ``op_type``, if any.
+
+    PyTensor's own lowerings and this project's are pinned by their
+    versions; none is registered before PyTensor's JAX backend is imported.
+    """
+    backend = sys.modules.get("pytensor.link.jax.dispatch.basic")
+    dispatcher = getattr(backend, "jax_funcify", None)
+    if dispatcher is None:
+        return None
+    lowering = dispatcher.dispatch(op_type)
+    module = getattr(lowering, "__module__", None)
+    return lowering if module_kind(module)[0] == "user" else None
 
 
 def _pytree_registration(cls: type) -> Any:

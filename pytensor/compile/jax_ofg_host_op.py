@@ -99,8 +99,8 @@ class JaxHostOp:
         and what its wrapped functions compute now (a global edited since
         gives another program). The op stays in the key: two functions that
         describe alike may still hold different objects (a callback's
-        target). A program whose traces read an environment variable or a
-        file that changed since is replaced.
+        target). A program with a trace the trace cache did not keep is
+        replaced: what that trace depended on was not seen.
         """
         base = self.with_copied_outputs(None)
         try:
@@ -112,14 +112,14 @@ class JaxHostOp:
         key = (base, op_print)
         program = PROGRAMS.peek(key)
         if program is None or not program.is_current():
-            program = self._new_program(op_print)
+            program = self._new_program(base)
             PROGRAMS.put(key, program)
         return program
 
-    def _new_program(self, op_print: str | None) -> Program:
+    def _new_program(self, base: JaxHostOp | None) -> Program:
         name = ", ".join(self.wrapped_function_names())
         return Program(
-            self.jax_callable(), self.packing, self.static_inputs, op_print, name
+            self.jax_callable(), self.packing, self.static_inputs, base, name
         )
 
     def _program(self, program: Program) -> Callable[..., list[np.ndarray]]:

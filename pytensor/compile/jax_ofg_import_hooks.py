@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
-from pytensor.compile.jax_ofg_reads import ignored
+from pytensor.compile.jax_ofg_trace_watch import paused
 
 
 __all__ = ["JAX_BACKEND", "RunAfterImport", "after_import", "jax_backend"]
@@ -70,6 +70,6 @@ def jax_backend() -> ModuleType:
     """PyTensor's JAX backend, imported on first use (its callbacks run then)."""
     module = sys.modules.get(JAX_BACKEND)
     if module is None:
-        with ignored():  # what importing it reads is no input of a trace
+        with paused():  # what importing it runs is no part of a trace
             module = importlib.import_module(JAX_BACKEND)
     return module

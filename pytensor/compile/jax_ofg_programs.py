@@ -23,7 +23,6 @@ from pytensor.compile.jax_ofg_checks import (
     holds_host_callbacks,
 )
 from pytensor.compile.jax_ofg_packing import DtypePacking
-from pytensor.compile.jax_ofg_reads import ReadLog, recording
 
 
 __all__ = ["Program", "static_value"]
@@ -111,12 +110,15 @@ class Program:
         self.name = name
         #: output shapes by input signature, from the traces that served them
         self.output_shapes: dict[tuple, tuple] = {}
-        #: what this program's traces read (environment, files)
-        self.reads = ReadLog()
+        #: why a trace of this program was not kept (None: every one was)
+        self.unproven: str | None = None
+        #: > 0 while the trace cache traces the program (to export it)
+        self._exporting = 0
 
         def recorded(*inputs):
-            with recording(self.reads):
-                outputs = function(*inputs)
+            if not self._exporting:  # jit traces it, unwatched
+                self.unproven = self.unproven or "traced outside the trace cache"
+            outputs = function(*inputs)
             self.output_shapes[self.signature(inputs)] = tuple(
                 tuple(o.shape) for o in outputs
             )
@@ -141,8 +143,9 @@ class Program:
         )
 
     def is_current(self) -> bool:
-        """Whether everything its traces read still reads the same."""
-        return self.reads.reads().changed() is None
+        """Whether it may serve a later compile: every trace it made was kept by
+        the trace cache (what the others depended on was not seen)."""
+        return self.unproven is None
 
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
         """The packed output buffers for host ``inputs``, as (read-only) NumPy arrays."""
@@ -177,6 +180,7 @@ class Program:
         """The output shapes for ``inputs`` (traced at their first call)."""
         key = self.signature(inputs)
         if key not in self.output_shapes:
+            self.unproven = self.unproven or "traced outside the trace cache"
             jax.eval_shape(*self._of_dynamic(inputs))
         return self.output_shapes[key]
 
@@ -210,7 +214,7 @@ class Program:
             x if i in self.static else jax.ShapeDtypeStruct(x.shape, x.dtype)
             for i, x in enumerate(inputs)
         ]
-        with recording(self.reads):
+        with trace_cache.unproven_traces() as unproven:
             entry = trace_cache.cached(
                 "program",
                 (self.key, avals, statics),
@@ -218,6 +222,7 @@ class Program:
                 name=self.name,
                 differs=_differs,
             )
+        self.unproven = self.unproven or (unproven[0] if unproven else None)
         if isinstance(entry, NotExportable):
             trace_cache.uncached(self.name, "program", entry.reason)
             return self.raising(*inputs)
@@ -231,7 +236,11 @@ class Program:
 
     def _export(self, specs: Sequence[Any]) -> Exported | NotExportable:
         function, dynamic_specs = self._of_dynamic(specs)
-        jaxpr = jax.make_jaxpr(function)(*dynamic_specs)
+        self._exporting += 1
+        try:
+            jaxpr = jax.make_jaxpr(function)(*dynamic_specs)
+        finally:
+            self._exporting -= 1
         output_shapes = self.output_shapes[self.signature(specs)]
         flagged = False
         program = jax.extend.core.jaxpr_as_fun(jaxpr)

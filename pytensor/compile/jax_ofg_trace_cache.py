@@ -1,9 +1,11 @@
 """The trace cache: results of JAX traces, kept in memory and on disk, never stale.
 
-:func:`cached` uses an entry only while its key and what its trace read are
-unchanged; what cannot be keyed is not cached. Registers nothing itself:
-:func:`pytensor.compile.jax_ofg.install` adds the flag ``jax_ofg__trace_cache``
-(:func:`add_config_flag`). The guide's developer notes, "The trace cache".
+:func:`cached` keeps a trace's result only when its key describes everything
+the trace ran (:mod:`~pytensor.compile.jax_ofg_trace_watch` watches it: an
+allowlist); what cannot be keyed, or ran anything else, is not cached.
+Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
+flag ``jax_ofg__trace_cache`` (:func:`add_config_flag`). The guide's
+developer notes, "The trace cache".
 """
 
 from __future__ import annotations
@@ -16,18 +18,21 @@ import pickle
 import tempfile
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pytensor import config
-from pytensor.compile.jax_ofg_environment import environment_fingerprint
+from pytensor.compile.jax_ofg_environment import (
+    environment_fingerprint,
+    installed_distributions_changed,
+)
 from pytensor.compile.jax_ofg_fingerprints import (
     Undescribable,
-    describe_or_raise,
+    describe_with_code,
     digest,
 )
-from pytensor.compile.jax_ofg_reads import Reads, ignored, note, recording
+from pytensor.compile.jax_ofg_trace_watch import paused, watching
 from pytensor.configparser import ConfigParam
 
 
@@ -40,6 +45,7 @@ __all__ = [
     "mode",
     "trace_cache_dir",
     "trace_cache_info",
+    "unproven_traces",
 ]
 
 T = TypeVar("T")
@@ -48,7 +54,7 @@ T = TypeVar("T")
 MAX_BYTES = 512 * 2**20
 
 #: Changes when what an entry holds changes.
-FORMAT = 2
+FORMAT = 3
 
 LOGGER = logging.getLogger("pytensor.compile.jax_ofg")
 
@@ -111,30 +117,57 @@ def _count(event: str) -> None:
         _COUNTS[event] += 1
 
 
+_UNPROVEN = threading.local()
+
+
 def uncached(name: str, kind: str, reason: str) -> None:
-    """Note that ``name``'s ``kind`` trace is not cached, and why (logged once)."""
+    """Note that ``name``'s ``kind`` trace is not cached, and why (logged once per
+    reason; :func:`trace_cache_info` keeps the latest).
+
+    The :func:`unproven_traces` under way in this thread note it too.
+    """
     with _LOCK:
         _COUNTS["uncached"] += 1
-        first = name not in _UNCACHED
-        _UNCACHED.setdefault(name, reason)
+        first = _UNCACHED.get(name) != reason
+        _UNCACHED[name] = reason
+    for log in getattr(_UNPROVEN, "logs", ()):
+        log.append(f"{name} ({kind}): {reason}")
     if first:
         LOGGER.debug("trace cache: %s is not cached (%s): %s", name, kind, reason)
 
 
+@contextlib.contextmanager
+def unproven_traces() -> Iterator[list[str]]:
+    """The traces of this block (in this thread) that were not cached, and why.
+
+    An object built from such a trace (a host call's program) may not be
+    reused later in the process either: what it depended on was not seen.
+    """
+    logs = getattr(_UNPROVEN, "logs", None)
+    if logs is None:
+        logs = _UNPROVEN.logs = []
+    log: list[str] = []
+    logs.append(log)
+    try:
+        yield log
+    finally:
+        logs.remove(log)
+
+
 # ---------------------------------------------------------------------- keys
-def key_of(kind: str, parts: Any) -> str:
-    """The key of a ``kind`` entry for what ``parts`` describe; raises Undescribable."""
-    text = describe_or_raise(parts, strict=True)
-    return digest(f"{FORMAT}|{kind}|{text}|{environment_fingerprint()}")
+def key_of(kind: str, parts: Any) -> tuple[str, frozenset]:
+    """The key of a ``kind`` entry for what ``parts`` describe, and the user code
+    the key covers; raises Undescribable."""
+    text, codes = describe_with_code(parts, strict=True)
+    return digest(f"{FORMAT}|{kind}|{text}|{environment_fingerprint()}"), codes
 
 
 # --------------------------------------------------------------------- entries
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """A trace's result, and what the trace read while it ran."""
+    """A trace's result (a value of its own: the result may be None)."""
 
     value: Any
-    reads: Reads = dataclasses.field(default_factory=Reads)
 
 
 class BoundedCache:
@@ -196,7 +229,17 @@ def cached[T](
     persist: bool = True,
     differs: Callable[[T, T], str | None] | None = None,
 ) -> T:
-    """What ``compute()`` traces, from the cache when a current entry exists.
+    """What ``compute()`` traces, from the cache when an entry for ``parts`` exists.
+
+    A miss runs ``compute()`` under :func:`~pytensor.compile.jax_ofg_trace_watch.watching`
+    and keeps the result only when the watch saw nothing the key does not
+    describe, the key is the same after the trace as before (nothing it
+    describes changed meanwhile) and no package was installed since the
+    process started; otherwise the function is counted as uncached, with
+    the reason.
+
+    A ``cached`` call inside another's ``compute`` must key parts of the outer
+    one's parts (the outer entry, once kept, is served without running it).
 
     Parameters
     ----------
@@ -206,8 +249,7 @@ def cached[T](
         What the result depends on (a wrapped function, input types...), for
         the key. Undescribable parts leave the result uncached.
     compute
-        Runs the trace; what it reads from the environment and from files is
-        recorded with the result.
+        Runs the trace.
     name
         The wrapped function, for logs and errors.
     persist
@@ -218,23 +260,31 @@ def cached[T](
     """
     current = mode()
     on_disk = persist and current != "off"
-    try:
-        # What describing reads (source files, installed distributions) is in
-        # the key already: no read of a trace this lookup happens within.
-        with ignored():
-            key = key_of(kind, parts)
-    except Undescribable as error:
-        uncached(name, kind, str(error))
+    with paused():
+        try:
+            key, covered = key_of(kind, parts)
+        except Undescribable as error:
+            uncached(name, kind, str(error))
+            key = None
+        entry = None if key is None else _lookup(kind, key, on_disk)
+    if key is None:
         return compute()
-    entry = _lookup(kind, key, on_disk, name)
     if entry is None:
         _count("misses")
-        return _store(kind, key, _traced(compute), on_disk).value
+        value, refusal = _watched(compute, covered)
+        if refusal is None:
+            with paused():
+                refusal = _changed_meanwhile(kind, parts, key)
+        if refusal is not None:
+            uncached(name, kind, refusal)
+        else:
+            with paused():
+                _store(kind, key, Entry(value), on_disk)
+        return value
     _count("hits")
-    note(entry.reads)  # a trace using this value depends on its reads too
     if current == "verify":
-        fresh = _traced(compute)
-        difference = (differs or _not_equal)(entry.value, fresh.value)
+        fresh, _ = _watched(compute, covered)
+        difference = (differs or _not_equal)(entry.value, fresh)
         if difference is not None:
             raise StaleTraceError(
                 f"The trace cache served a stale {kind} entry for {name}: a fresh "
@@ -251,36 +301,39 @@ def _not_equal(cached_value: Any, fresh: Any) -> str | None:
     return f"cached {cached_value!r:.300}, fresh {fresh!r:.300}"
 
 
-def _traced(compute: Callable[[], Any]) -> Entry:
-    with recording() as log:
+def _watched[R](compute: Callable[[], R], covered: frozenset) -> tuple[R, str | None]:
+    """``compute()``, and why its trace may not be kept (None: it may)."""
+    with watching(covered) as watch:
         value = compute()
-    return Entry(value, log.reads())
+    return value, watch.refusal
 
 
-def _lookup(kind: str, key: str, persist: bool, name: str) -> Entry | None:
+def _changed_meanwhile(kind: str, parts: Any, key: str) -> str | None:
+    """Why an entry traced under ``key`` may not be kept after all, or None."""
+    try:
+        now, _ = key_of(kind, parts)
+    except Undescribable as error:
+        return f"after its trace, {error}"
+    if now != key:
+        return "what its key describes changed while it was traced"
+    if installed_distributions_changed():
+        return "packages were installed or upgraded since this process started"
+    return None
+
+
+def _lookup(kind: str, key: str, persist: bool) -> Entry | None:
     entry = _MEMORY.peek((kind, key))
     if entry is None and persist:
-        with ignored():  # the cache's own files are no input of an outer trace
-            entry = _load(key, kind)
+        entry = _load(key, kind)
         if entry is not None:
             _MEMORY.put((kind, key), entry)
-    if entry is None:
-        return None
-    changed = entry.reads.changed()
-    if changed is not None:
-        _count("stale")
-        LOGGER.debug("trace cache: %s's %s changed: traced again", name, changed)
-        _MEMORY.pop((kind, key))
-        return None
     return entry
 
 
-def _store(kind: str, key: str, entry: Entry, persist: bool) -> Entry:
+def _store(kind: str, key: str, entry: Entry, persist: bool) -> None:
     _MEMORY.put((kind, key), entry)
     if persist:
-        with ignored():
-            _write(key, kind, entry)
-    return entry
+        _write(key, kind, entry)
 
 
 # ----------------------------------------------------------------------- disk
@@ -354,19 +407,20 @@ def trace_cache_info() -> dict[str, Any]:
     """The cache's state: where it is, its size, and what it did in this process.
 
     ``path``, ``entries`` and ``bytes`` describe the disk folder (None, 0, 0
-    when the cache is off); ``hits``, ``misses``, ``stale`` (entries whose
-    recorded reads changed), ``verified`` (hits checked against a fresh trace)
-    and ``uncached`` count lookups of this process; ``uncached_functions``
-    maps each function left uncached to the reason.
+    when the cache is off); ``hits``, ``misses``, ``verified`` (hits checked
+    against a fresh trace) and ``uncached`` (lookups whose result was not
+    kept: an undescribable key, or a trace that ran what its key does not
+    describe) count lookups of this process; ``uncached_functions`` maps each
+    function left uncached to the latest reason.
 
     >>> sorted(trace_cache_info())  # doctest: +NORMALIZE_WHITESPACE
-    ['bytes', 'entries', 'hits', 'misses', 'mode', 'path', 'stale',
-     'uncached', 'uncached_functions', 'verified']
+    ['bytes', 'entries', 'hits', 'misses', 'mode', 'path', 'uncached',
+     'uncached_functions', 'verified']
     """
     folder = trace_cache_dir()
     entries = [] if folder is None else _entries(folder)
     with _LOCK:
-        counts = {k: _COUNTS[k] for k in ("hits", "misses", "stale", "verified")}
+        counts = {k: _COUNTS[k] for k in ("hits", "misses", "verified")}
         counts["uncached"] = _COUNTS["uncached"]
         reasons = dict(_UNCACHED)
     return {

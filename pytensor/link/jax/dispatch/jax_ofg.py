@@ -19,6 +19,7 @@ from pytensor.compile import jax_ofg_fork_guard
 from pytensor.compile.jax_ofg_errors import RaisedWhile, mark, report
 from pytensor.compile.jax_ofg_host_op import graph_holds_jax_ops, wrapped_functions_in
 from pytensor.compile.jax_ofg_op import OpFromJax
+from pytensor.compile.jax_ofg_trace_watch import fresh_trace_context
 from pytensor.compile.jax_ofg_transforms import (
     SharedPullbacks,
     VJPFunction,
@@ -80,7 +81,10 @@ def jax_funcify_OpFromJax(
 
     def opfromjax(*inputs):
         try:
-            outputs = traced_fn(*inputs)
+            # The user's function runs anew at every trace, nested jitted
+            # helpers included: what they read when traced is read now.
+            with fresh_trace_context():
+                outputs = traced_fn(*inputs)
         except Exception as error:
             mark(
                 error,
