@@ -8,11 +8,12 @@ through ``_fresh_process.SITECUSTOMIZE``) writes its counts there when it ends.
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 
 VARIABLE = "JAX_OFG_TRACE_CACHE_COUNTS"
-KEYS = ("hits", "verified", "stale", "uncached", "misses")
+KEYS = ("hits", "verified", "uncached", "misses")
 
 
 def write() -> None:
@@ -24,25 +25,32 @@ def write() -> None:
     info = trace_cache.trace_cache_info()
     counts = {key: info[key] for key in KEYS}
     if any(counts.values()):
+        counts["reasons"] = sorted(set(info["uncached_functions"].values()))
         (Path(folder) / f"{os.getpid()}.json").write_text(json.dumps(counts))
 
 
 def summary() -> str | None:
-    """The run's totals, in a line; None when no process wrote any."""
+    """The run's totals, and why lookups were left uncached (the most frequent
+    reasons first, by how many processes gave them); None when no process
+    wrote any."""
     folder = os.environ.get(VARIABLE)
     if folder is None:
         return None
     totals = dict.fromkeys(KEYS, 0)
+    reasons: Counter = Counter()
     processes = 0
     for path in Path(folder).glob("*.json"):
         processes += 1
-        for key, value in json.loads(path.read_text()).items():
+        counts = json.loads(path.read_text())
+        reasons.update(counts.pop("reasons", ()))
+        for key, value in counts.items():
             totals[key] += value
     if not processes:
         return None
-    return (
+    lines = [
         f"trace cache (verify): {totals['verified']} of {totals['hits']} hits "
         f"verified against a fresh trace, in {processes} processes; "
-        f"{totals['stale']} stale entries traced again; {totals['uncached']} "
-        "uncached lookups"
-    )
+        f"{totals['uncached']} uncached lookups; why, in how many processes:"
+    ]
+    lines += [f"  {n:4d}  {reason[:300]}" for reason, n in reasons.most_common(40)]
+    return "\n".join(lines)

@@ -242,12 +242,48 @@ def _check_pymc_start_method() -> None:
         )
 
 
-def _check_environ() -> None:
-    cls = compat.environ_class()
+def _check_import_entry() -> None:
+    import importlib._bootstrap as bootstrap
+    import inspect
+
+    code = compat.import_entry_code()
     _require(
-        cls is not dict and hasattr(cls, "__getitem__") and hasattr(cls, "__iter__"),
-        "os._Environ",
-        "os.environ is no longer its own mapping class",
+        code is not None
+        and next(iter(inspect.signature(bootstrap._find_and_load).parameters))
+        == "name",
+        "importlib._bootstrap._find_and_load",
+        "is gone, or takes the module's name no longer first",
+    )
+
+
+def _check_flag_getter() -> None:
+    import pytensor
+
+    flags = dict(compat.pytensor_flags())
+    code = compat.flag_getter_code()
+    _require(
+        flags.get("floatX") == pytensor.config.floatX
+        and "self" in code.co_varnames[: code.co_argcount],
+        "pytensor.configparser (ConfigParam.__get__, _config_var_dict)",
+        "flags are no longer read through ConfigParam.__get__(self, ...)",
+    )
+
+
+def _check_equinox_generated_files() -> None:
+    import equinox as eqx
+    import jax
+
+    class Pair(eqx.Module):
+        a: float
+        b: float
+
+    flatten = compat.pytree_registration(Pair).to_iter
+    _require(
+        flatten.__code__.co_filename.startswith(compat.EQUINOX_GENERATED_FILES)
+        and "__name__" not in flatten.__globals__
+        and jax.tree_util.tree_leaves(Pair(1.0, 2.0)) == [1.0, 2.0],
+        "equinox's generated pytree functions (<generated_...>)",
+        "equinox names its generated pytree functions' files otherwise",
     )
 
 
@@ -267,7 +303,9 @@ CHECKS = {
     "NumbaLinker.create_jitable_thunk": _check_numba_thunks,
     "JAXLinker.jit_compile": _check_jax_jit_compile,
     "pymc: _initialize_multiprocessing_context and its callers' `model`": _check_pymc_start_method,
-    "os._Environ.__getitem__/__iter__": _check_environ,
+    "importlib._bootstrap._find_and_load": _check_import_entry,
+    "pytensor.configparser (ConfigParam.__get__, _config_var_dict)": _check_flag_getter,
+    "equinox's generated pytree functions (<generated_...>)": _check_equinox_generated_files,
 }
 
 
