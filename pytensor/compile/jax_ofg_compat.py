@@ -220,10 +220,34 @@ def flag_getter_code() -> Any:
 
 
 def pytensor_flags() -> list[tuple[str, Any]]:
-    """Every PyTensor flag and its value now, by name."""
+    """Every PyTensor flag whose default is a value, and its value now, by name.
+
+    Flags whose default is computed (:func:`probed_flags`) are left out:
+    reading one runs its probe.
+    """
     from pytensor import config
 
-    return [(name, getattr(config, name)) for name in sorted(config._config_var_dict)]
+    probed = probed_flags()
+    return [
+        (name, getattr(config, name))
+        for name in sorted(config._config_var_dict)
+        if name not in probed
+    ]
+
+
+def probed_flags() -> frozenset[str]:
+    """The PyTensor flags whose default a function computes when first read.
+
+    They probe the machine (the C compiler, BLAS: ``blas__ldflags`` runs the
+    compiler and warns where it finds none), which no JAX trace needs.
+    """
+    from pytensor import config
+
+    return frozenset(
+        name
+        for name, param in config._config_var_dict.items()
+        if callable(getattr(param, "_default", None))
+    )
 
 
 # ------------------------------------------------------------------- equinox

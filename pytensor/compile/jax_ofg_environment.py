@@ -11,7 +11,6 @@ import functools
 import hashlib
 import os
 import platform
-import re
 import sys
 from pathlib import Path
 
@@ -31,11 +30,27 @@ __all__ = [
     "project_files",
 ]
 
-#: PyTensor flags that say where caches live, not what a trace computes: no
-#: key holds them (processes sharing a cache copied elsewhere share keys), so
-#: a trace that reads one is not kept (``jax_ofg_trace_watch``). This
-#: package's own flags (``jax_ofg__*``) neither.
-UNKEYED_FLAGS = frozenset({"compiledir", "base_compiledir", "compiledir_format"})
+#: PyTensor flags that no key holds, so a trace in which the user's code reads
+#: one is not kept (``jax_ofg_trace_watch``): those that say where caches
+#: live, not what a trace computes (processes sharing a cache copied
+#: elsewhere share keys); those PyTensor sets around its own rewrites while
+#: it compiles (a trace made then would have another key than the same trace
+#: made outside); and those whose default probes the machine for C
+#: compilation (reading them for a key would run the probe). This package's
+#: own flags (``jax_ofg__*``) neither.
+UNKEYED_FLAGS = frozenset(
+    {
+        "compiledir",
+        "base_compiledir",
+        "compiledir_format",
+        "mode",
+        "traceback__limit",
+        "optdb__max_use_ratio",
+        "optimizer_verbose",
+        "warn_float64",
+        *compat.probed_flags(),
+    }
+)
 
 
 #: JAX options that differ between runs for reasons that do not change a
@@ -216,15 +231,10 @@ def _pytensor_flags() -> list[str]:
     """The PyTensor flags a trace may read (all but :data:`UNKEYED_FLAGS` and
     this package's own), with their values now."""
     return [
-        f"{name}={_ADDRESS.sub('', repr(value))}"
+        f"{name}={value!r}"
         for name, value in compat.pytensor_flags()
         if name not in UNKEYED_FLAGS and not name.startswith("jax_ofg__")
     ]
-
-
-#: Where a repr shows an address (``config.mode`` holds a Mode object while
-#: PyTensor compiles): not what the value is.
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def describe_environment() -> str:

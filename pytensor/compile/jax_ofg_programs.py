@@ -116,9 +116,16 @@ class Program:
         self._exporting = 0
 
         def recorded(*inputs):
-            if not self._exporting:  # jit traces it, unwatched
-                self.unproven = self.unproven or "traced outside the trace cache"
-            outputs = function(*inputs)
+            if self._exporting:  # the trace cache watches it
+                outputs = function(*inputs)
+            elif key is None:
+                self.unproven = self.unproven or "its key cannot be described"
+                outputs = function(*inputs)
+            else:  # jit traces it: watched here, for reuse in this process
+                outputs, refusal = trace_cache.proven_trace(
+                    lambda: function(*inputs), key
+                )
+                self.unproven = self.unproven or refusal
             self.output_shapes[self.signature(inputs)] = tuple(
                 tuple(o.shape) for o in outputs
             )
@@ -179,8 +186,7 @@ class Program:
     def shapes_for(self, inputs: Sequence[Any]) -> tuple:
         """The output shapes for ``inputs`` (traced at their first call)."""
         key = self.signature(inputs)
-        if key not in self.output_shapes:
-            self.unproven = self.unproven or "traced outside the trace cache"
+        if key not in self.output_shapes:  # the trace is watched: see __init__
             jax.eval_shape(*self._of_dynamic(inputs))
         return self.output_shapes[key]
 

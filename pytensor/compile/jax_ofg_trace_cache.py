@@ -43,6 +43,7 @@ __all__ = [
     "cached",
     "clear_trace_cache",
     "mode",
+    "proven_trace",
     "trace_cache_dir",
     "trace_cache_info",
     "unproven_traces",
@@ -299,6 +300,23 @@ def _not_equal(cached_value: Any, fresh: Any) -> str | None:
     if cached_value == fresh:
         return None
     return f"cached {cached_value!r:.300}, fresh {fresh!r:.300}"
+
+
+def proven_trace[R](compute: Callable[[], R], parts: Any) -> tuple[R, str | None]:
+    """``compute()``, a trace of what ``parts`` describe made outside the cache
+    (``jax.jit`` tracing a program), and why it is unproven (None: the watch
+    saw only what the key of ``parts`` describes, so it may be reused in this
+    process)."""
+    with paused():
+        try:
+            key, covered = key_of("proven", parts)
+        except Undescribable as error:
+            return compute(), str(error)
+    value, refusal = _watched(compute, covered)
+    if refusal is None:
+        with paused():
+            refusal = _changed_meanwhile("proven", parts, key)
+    return value, refusal
 
 
 def _watched[R](compute: Callable[[], R], covered: frozenset) -> tuple[R, str | None]:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
 import itertools
 import sys
 import threading
@@ -198,8 +199,22 @@ TRUSTED_CALLS = frozenset(
         # PyTensor's JAX lowering writes the source it generates to a file
         # (for tracebacks): a write, the code compiled is the string's
         ("pytensor.link.utils", "write_generated_src", "*"),
-        # PyTensor times its graph's feature callbacks (profiling)
+        # PyTensor times its graph's feature callbacks, its rewrites and the
+        # preparation of a function's graph (profiling), and notes where a
+        # variable was made (source lines read from files, for tracebacks)
         ("pytensor.graph.fg", "FunctionGraph.execute_callbacks", "time.perf_counter"),
+        (
+            "pytensor.graph.rewriting.basic",
+            "SequentialGraphRewriter.apply",
+            "time.perf_counter",
+        ),
+        (
+            "pytensor.graph.rewriting.basic",
+            "EquilibriumGraphRewriter.apply",
+            "time.perf_counter",
+        ),
+        ("pytensor.compile.maker", "FunctionMaker.prepare_fgraph", "time.perf_counter"),
+        ("pytensor.graph.utils", "simple_extract_stack", "posix.stat"),
     }
 )
 
@@ -263,6 +278,8 @@ class _ThreadState:
     paused: int = 0
     #: the frames of the imports under way: only user code is checked
     imports: list[int] = dataclasses.field(default_factory=list)
+    #: whether a garbage collection (which pauses the watch) is under way
+    collecting: bool = False
 
     @property
     def quiet(self) -> bool:
@@ -382,6 +399,7 @@ def _start_monitoring() -> bool:
     _monitoring.set_events(_tool_id, _EVENTS.PY_START | _EVENTS.PY_UNWIND)
     for code in tuple(_INSTRUMENTED):  # other threads may add to it
         _monitoring.set_local_events(_tool_id, code, _local_events(code))
+    _bracket_gc_callbacks()
     return True
 
 
@@ -389,8 +407,37 @@ def _stop_monitoring() -> None:
     if _tool_id is None:
         return
     _monitoring.set_events(_tool_id, 0)
+    for callback in (_pause_for_gc, _resume_after_gc):
+        if callback in gc.callbacks:
+            gc.callbacks.remove(callback)
     for code in tuple(_INSTRUMENTED):
         _monitoring.set_local_events(_tool_id, code, 0)
+
+
+# A collection runs wherever an allocation triggers it: its callbacks
+# (hypothesis times every collection) and the finalizers it runs are no part
+# of the trace that happened to allocate. Ours come first and last, so that
+# every other callback runs paused.
+def _bracket_gc_callbacks() -> None:
+    for callback in (_pause_for_gc, _resume_after_gc):
+        if callback in gc.callbacks:
+            gc.callbacks.remove(callback)
+    gc.callbacks.insert(0, _pause_for_gc)
+    gc.callbacks.append(_resume_after_gc)
+
+
+def _pause_for_gc(phase: str, info: dict) -> None:
+    state = _STATES.get(_get_ident())
+    if phase == "start" and state is not None:
+        state.paused += 1
+        state.collecting = True
+
+
+def _resume_after_gc(phase: str, info: dict) -> None:
+    state = _STATES.get(_get_ident())
+    if phase == "stop" and state is not None and state.collecting:
+        state.collecting = False
+        state.paused -= 1
 
 
 def _local_events(code: types.CodeType) -> int:
@@ -494,7 +541,16 @@ def _on_start(code: types.CodeType, offset: int) -> Any:
     elif verdict == _FLAG:
         name = getattr(frame.f_locals.get("self"), "name", None)
         if name in UNKEYED_FLAGS:
-            _refuse(state, f"it read the PyTensor flag {name}, which no key holds")
+            with _quietly():
+                reader = _nearest_non_stdlib(frame.f_back)
+                # PyTensor reads where its caches live, and sets the flags it
+                # compiles with around its rewrites: its own business
+                if module_kind(_module_of(reader))[0] == "user":
+                    _refuse(
+                        state,
+                        f"it read the PyTensor flag {name}, which no key holds "
+                        f"(from {_where(reader)})",
+                    )
     return None
 
 
@@ -710,6 +766,12 @@ def _where(frame: types.FrameType | None) -> str:
     return f"{_module_of(frame)}.{frame.f_code.co_qualname}"
 
 
+def _nearest_non_stdlib(frame: types.FrameType | None) -> types.FrameType | None:
+    while frame is not None and module_kind(_module_of(frame))[0] == "stdlib":
+        frame = frame.f_back
+    return frame
+
+
 def _check_caller(
     state: _ThreadState,
     frame: types.FrameType | None,
@@ -720,8 +782,7 @@ def _check_caller(
     nearest caller outside the standard library is JAX's or this project's
     code (or a pair in :data:`TRUSTED_CALLS`; with ``libraries``, any code but
     the user's: a lock a library takes for itself)."""
-    while frame is not None and module_kind(_module_of(frame))[0] == "stdlib":
-        frame = frame.f_back
+    frame = _nearest_non_stdlib(frame)
     module = _module_of(frame)
     if _is_tracing_machinery(module) or (
         libraries and module_kind(module)[0] == "library"

@@ -267,6 +267,11 @@ def _check_flag_getter() -> None:
         "pytensor.configparser (ConfigParam.__get__, _config_var_dict)",
         "flags are no longer read through ConfigParam.__get__(self, ...)",
     )
+    _require(
+        "blas__ldflags" in compat.probed_flags() and "blas__ldflags" not in flags,
+        "pytensor.configparser (ConfigParam._default)",
+        "a computed default is no longer a callable in ConfigParam._default",
+    )
 
 
 def _check_equinox_generated_files() -> None:

@@ -239,7 +239,7 @@ def test_processes_filling_the_cache_at_once_lose_and_corrupt_nothing(project):
         assert isinstance(pickle.loads(path.read_bytes()), Entry), path.name
     per_fit, values, cache = project.run(seed=15)
     assert per_fit == [0, 0, 0, 0]
-    assert cache["misses"] == 0 and cache["stale"] == 0
+    assert cache["misses"] == 0 and cache["uncached"] == 0
     np.testing.assert_allclose(values, [reference_logp(d) for d in datasets(15)])
 
 

@@ -596,3 +596,33 @@ def test_command_line_arguments_read_while_tracing_are_in_the_key(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["a", "b"])
     two, _ = trace_cache.key_of("types", with_argv)
     assert one != two
+
+
+def test_a_collection_during_a_trace_is_no_part_of_it():
+    """A garbage collection runs where an allocation triggers it: its callbacks
+    (which read the clock, as hypothesis's does) do not refuse the trace."""
+    import gc
+    import time
+
+    from pytensor.compile.jax_ofg import as_jax_op, trace_cache_info
+
+    collections = []
+
+    def timed(phase, info):
+        collections.append(time.perf_counter())
+
+    def allocating(x):
+        garbage = [[] for _ in range(50_000)]  # past gc's threshold, many times
+        return float(len(garbage) > 0) * jnp.sin(x)
+
+    gc.callbacks.append(timed)
+    try:
+        wrapped = as_jax_op(allocating, name="collects_while_traced")
+        x = pt.vector("x", dtype="float64", shape=(3,))
+        with pytensor.config.change_flags(jax_ofg__trace_cache="on"):
+            y = wrapped(x)
+    finally:
+        gc.callbacks.remove(timed)
+    assert collections  # a collection did run, its callback with it
+    assert "collects_while_traced" not in trace_cache_info()["uncached_functions"]
+    np.testing.assert_allclose(y.eval({x: X}), np.sin(X))
