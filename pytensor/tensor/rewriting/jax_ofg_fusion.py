@@ -55,8 +55,8 @@ def prune_pullback_inputs(fgraph, node: Apply) -> dict[Variable, Variable] | Non
 
     ``pt.grad(cost, theta)`` asks an op for the gradients of all its float
     inputs (the pullback cannot know which ones are wanted), data included.
-    The unused ones are dropped here, so the :class:`VJPFunction` holds the
-    others constant: forward mode then spends no JVP on them, and a
+    The unused ones are dropped here, and the :class:`VJPFunction` holds
+    those inputs constant: forward mode then spends no JVP on them, and a
     non-finite derivative in them (``sqrt`` of a data point 0) cannot turn
     the gradients asked for into NaN.
     """
@@ -67,7 +67,7 @@ def prune_pullback_inputs(fgraph, node: Apply) -> dict[Variable, Variable] | Non
         return None
     op: OpFromJax = node.op
     vjp: VJPFunction = op.fn
-    kept = iter(used)
+    kept = iter(used)  # one output per input flagged in wrt, in order
     wrt = tuple(next(kept) if w else False for w in vjp.wrt)
     pruned_op = op.derive(
         replace(vjp, wrt=wrt),
