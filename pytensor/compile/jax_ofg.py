@@ -58,6 +58,7 @@ from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.tensor.rewriting.jax_ofg_fusion import (
     FuseValueAndVJP,
     bake_constant_inputs,
+    prune_pullback_inputs,
 )
 from pytensor.tensor.rewriting.jax_ofg_islands import (
     ISLANDS_REWRITE,
@@ -111,7 +112,8 @@ def install() -> None:
        ``jax.vmap`` (``_vectorize_node``); a :class:`SymbolicCallable` used as
        a tensor is a clear error (``as_tensor_variable``).
     4. **Rewrites** in ``optdb`` (see each module): ``jax_ofg_vmap_blockwise``
-       (0.95), ``jax_ofg_fuse_value_and_vjp`` (48.5), ``jax_islands`` (48.95),
+       (0.95), ``jax_ofg_prune_pullback_inputs`` (48.4),
+       ``jax_ofg_fuse_value_and_vjp`` (48.5), ``jax_islands`` (48.95),
        ``jax_ofg_bake_constant_inputs`` (48.97), ``jax_ofg_readonly_outputs``
        (150).
     5. **Processes**: at-fork handlers that make a process forked after JAX
@@ -192,6 +194,15 @@ def _register_rewrites() -> None:
         "fast_run",
         "fast_compile",
         position=0.95,
+    )
+    # Once the graph is simplified (dead gradients have no clients), before
+    # the rewrites below, which pair and lower pullbacks by their inputs.
+    optdb.register(
+        "jax_ofg_prune_pullback_inputs",
+        dfs_rewriter(prune_pullback_inputs, ignore_newtrees=True),
+        "fast_run",
+        "fast_compile",
+        position=48.4,
     )
     # After the graph is merged and simplified (equal forward ops are one node
     # by then), before in-place rewrites.

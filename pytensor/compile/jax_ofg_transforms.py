@@ -18,6 +18,7 @@ import jax
 import jax.extend.core as jax_core
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 from pytensor.compile import jax_ofg_trace_cache as trace_cache
 from pytensor.compile.jax_ofg_functions import ArrayTuple, InnerFunction, static_key
@@ -122,9 +123,14 @@ def _as_jaxpr_function(fn: Callable, primals: Sequence[Any]) -> Callable:
     return lambda *arrays: tuple(traced(*arrays))
 
 
-def _forward_jvp(fn: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
-    """Outputs and output tangents of ``fn`` from its Jacobians (forward mode)."""
-    wrt = _differentiated(primals)
+def _forward_jvp(
+    fn: Callable, primals: Sequence[Any], tangents: Sequence[Any], wrt: Sequence[bool]
+):
+    """Outputs and output tangents of ``fn`` from its Jacobians (forward mode).
+
+    Only the primals flagged in ``wrt`` are differentiated: one basis
+    direction per element of those, none for the others (data, say).
+    """
     restricted, inputs = _restrict(fn, primals, wrt)
     sizes = [math.prod(p.shape) for p in inputs]
     offsets = np.cumsum([0, *sizes])
@@ -144,20 +150,34 @@ def _forward_jvp(fn: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
     )
 
 
+def _reverse_jvp(
+    fn: Callable, primals: Sequence[Any], tangents: Sequence[Any], wrt: Sequence[bool]
+):
+    """JAX's own JVP of ``fn`` in the primals flagged in ``wrt``."""
+    restricted, inputs = _restrict(fn, primals, wrt)
+    return jax.jvp(
+        restricted, tuple(inputs), tuple(t for t, w in zip(tangents, wrt) if w)
+    )
+
+
 @dataclass(frozen=True)
 class ChosenGradient(InnerFunction):
     """``fn``, differentiated (by any JAX transformation) in the mode ``gradient``.
 
-    ``"reverse"``: JAX's own JVP, so ``jax.vjp`` and ``jax.grad`` run reverse
-    mode as they would on ``fn``. ``"forward"``: the Jacobians, from one
-    ``vmap`` of the linearized function over the basis of the input
-    directions, contracted with the tangents; reverse mode transposes only
-    the contraction. ``"auto"``: forward when ``fn``'s ``jax.vjp`` fails as on
-    a forward-only loop (diffrax's ``ForwardMode`` adjoint), reverse
-    otherwise: the one-hot JVPs of forward mode turn a NaN or infinite
-    derivative of one element into NaN gradients of every element (``0 *
-    nan``), so forward mode is never chosen where reverse mode gives
-    another result.
+    Either mode differentiates only the inputs a tangent reaches: JAX passes
+    symbolic zeros for the others (data, constants, inputs whose gradient
+    nobody asked for: see ``jax_ofg_prune_pullback_inputs``), which are held
+    constant. ``"reverse"``: JAX's own JVP, so ``jax.vjp`` and ``jax.grad``
+    run reverse mode as they would on ``fn``. ``"forward"``: the Jacobians,
+    from one ``vmap`` of the linearized function over the basis of the
+    differentiated input directions, contracted with the tangents; reverse
+    mode transposes only the contraction. ``"auto"``: forward when ``fn``'s
+    ``jax.vjp`` fails as on a forward-only loop (diffrax's ``ForwardMode``
+    adjoint), reverse otherwise, never by size: the one-hot JVPs of forward
+    mode turn a NaN or infinite derivative of one differentiated element into
+    NaN gradients of every differentiated element (``0 * nan``), where
+    reverse mode keeps them apart. A non-finite derivative in an input held
+    constant reaches no gradient in either mode.
     Integer inputs are held constant; complex ones need reverse mode.
     """
 
@@ -167,20 +187,31 @@ class ChosenGradient(InnerFunction):
 
     def __call__(self, *arrays: Any) -> ArrayTuple:
         differentiated = jax.custom_jvp(lambda *a: tuple(self.fn(*a)))
-        differentiated.defjvp(self._jvp)
+        differentiated.defjvp(self._jvp, symbolic_zeros=True)
         return differentiated(*arrays)
 
     def _jvp(self, primals: tuple, tangents: tuple):
+        # JAX passes a SymbolicZero for every input no tangent reaches (data,
+        # constants, inputs of a gradient not asked for): those are held
+        # constant, so forward mode spends no JVP on them, and a non-finite
+        # derivative in them cannot meet a zero tangent (0 * inf = nan).
+        wrt = [
+            w and not isinstance(t, SymbolicZero)
+            for w, t in zip(_differentiated(primals), tangents)
+        ]
+        if not any(wrt):
+            outputs = tuple(self.fn(*primals))
+            return outputs, tuple(_zero_cotangent(o) for o in outputs)
         mode, fn = self.mode(primals)
         if mode == "reverse":
-            return jax.jvp(fn, primals, tangents)
+            return _reverse_jvp(fn, primals, tangents, wrt)
         try:
-            return _forward_jvp(fn, primals, tangents)
+            return _forward_jvp(fn, primals, tangents, wrt)
         except Exception as error:
             if _FORWARD_FAILS not in str(error):
                 raise
             if self.gradient == "auto":
-                return jax.jvp(fn, primals, tangents)
+                return _reverse_jvp(fn, primals, tangents, wrt)
             raise GradientModeError(
                 f"The JAX function {self.name!r} cannot be differentiated in "
                 "forward mode (gradient='forward'): it holds a jax.custom_vjp "

@@ -119,8 +119,8 @@ def state():
         rewrites=sorted(
             name
             for name in ("jax_islands", "jax_ofg_bake_constant_inputs",
-                         "jax_ofg_fuse_value_and_vjp", "jax_ofg_readonly_outputs",
-                         "jax_ofg_vmap_blockwise")
+                         "jax_ofg_fuse_value_and_vjp", "jax_ofg_prune_pullback_inputs",
+                         "jax_ofg_readonly_outputs", "jax_ofg_vmap_blockwise")
             if name in optdb
         ),
         flag=hasattr(config, "jax_ofg__xla_cache"),
@@ -186,6 +186,7 @@ def test_only_the_facade_acts_on_the_process(tmp_path):
             "jax_islands",
             "jax_ofg_bake_constant_inputs",
             "jax_ofg_fuse_value_and_vjp",
+            "jax_ofg_prune_pullback_inputs",
             "jax_ofg_readonly_outputs",
             "jax_ofg_vmap_blockwise",
         ],

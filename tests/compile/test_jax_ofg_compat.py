@@ -361,7 +361,11 @@ def test_rewrite_positions_in_optdb():
     positions = optdb.__position__
     assert positions["merge1.1"] < positions["jax_ofg_vmap_blockwise"]
     assert positions["jax_ofg_vmap_blockwise"] < positions["canonicalize"]
-    assert positions["specialize"] < positions["jax_ofg_fuse_value_and_vjp"]
+    assert positions["specialize"] < positions["jax_ofg_prune_pullback_inputs"]
+    assert (
+        positions["jax_ofg_prune_pullback_inputs"]
+        < positions["jax_ofg_fuse_value_and_vjp"]
+    )
     assert positions["jax_ofg_fuse_value_and_vjp"] < positions["add_destroy_handler"]
 
 

@@ -4,7 +4,9 @@ Values and gradients against the direct JAX function (``jax.grad``,
 ``jax.jacfwd``) and finite differences, in every linker; a diffrax solve with
 ``adjoint=diffrax.ForwardMode()`` (which reverse mode cannot go through) in
 every linker and sampler; the automatic choice; the errors of a forced mode
-the function cannot do.
+the function cannot do; inputs that are not differentiated (data, constants)
+held constant: no basis direction for them, and no NaN from their infinite
+derivatives.
 """
 
 import diffrax
@@ -14,7 +16,7 @@ import numpy as np
 import pymc as pm
 import pytest
 from _conjugate_model import PRIOR_SD, SIGMA, TIMES, A, check_posterior, observed_data
-from _linkers import compile_function, without_islands
+from _linkers import compile_function, jax_op_nodes, without_islands
 
 import pytensor
 import pytensor.tensor as pt
@@ -188,6 +190,148 @@ def test_complex_inputs_need_reverse_mode():
     chosen = ChosenGradient(jnp.sin, "forward", "csin")
     with pytest.raises(GradientModeError, match="'csin' has complex inputs"):
         chosen.mode([jax.ShapeDtypeStruct((2,), "complex128")])
+
+
+# ----------------------------------- inputs that are not differentiated
+#: Data where ``sqrt`` has an infinite derivative: a zero tangent meeting it
+#: is NaN (``0 * inf``), which forward mode must never compute.
+Y_DATA = np.array([0.0, 1.0, 4.0])
+THETA_0 = 2.0
+
+
+def sqrt_data(theta, y):
+    return theta * jnp.sqrt(y)
+
+
+def looped_sqrt_data(theta, y):
+    """``2 * sqrt_data``, in a loop reverse mode cannot go through: ``"auto"``
+    takes forward mode."""
+    n = jnp.asarray(jnp.abs(theta) > -1, "int32") * 2
+    return jax.lax.fori_loop(
+        0, n, lambda i, total: total + theta * jnp.sqrt(y), jnp.zeros_like(y)
+    )
+
+
+#: Per gradient mode, a function that mode differentiates forward, and its
+#: gradient in theta by JAX itself (reverse mode where it goes through).
+HELD_CONSTANT = {
+    "forward": (sqrt_data, jax.grad),
+    "auto": (looped_sqrt_data, jax.jacfwd),
+}
+
+
+def expected_theta_gradient(gradient: str) -> float:
+    fn, differentiate = HELD_CONSTANT[gradient]
+    expected = differentiate(lambda t: jnp.sum(fn(t, Y_DATA)))(THETA_0)
+    fd = finite_difference_gradient(
+        lambda t: float(jnp.sum(fn(t[0], Y_DATA))), [THETA_0]
+    )
+    np.testing.assert_allclose(expected, fd[0], rtol=1e-8)
+    data_gradient = jax.grad(lambda y: jnp.sum(sqrt_data(THETA_0, y)))(Y_DATA)
+    assert not np.isfinite(data_gradient[0])  # what the test is about
+    return float(expected)
+
+
+def data_graph(gradient: str, data: str):
+    """``(inputs, arguments, theta, cost)``: the data a constant or an input."""
+    theta = pt.scalar("theta")
+    y = pt.vector("y", shape=(3,))
+    ys = pt.constant(Y_DATA) if data == "constant" else y
+    cost = pt.sum(as_jax_op(HELD_CONSTANT[gradient][0], gradient=gradient)(theta, ys))
+    if data == "constant":
+        return [theta], [THETA_0], theta, cost
+    return [theta, y], [THETA_0, Y_DATA], theta, cost
+
+
+@pytest.mark.parametrize("data", ["constant", "input"])
+@pytest.mark.parametrize("gradient", ["forward", "auto"])
+def test_forward_mode_holds_data_constant_at_an_infinite_derivative(
+    mode, gradient, data
+):
+    """``pt.grad(cost, theta)``: the data's gradient, NaN, is not computed."""
+    expected = expected_theta_gradient(gradient)
+    inputs, arguments, theta, cost = data_graph(gradient, data)
+    for compile_mode in {mode, without_islands(mode)}:
+        f = compile_function(inputs, [cost, pt.grad(cost, theta)], compile_mode)
+        loss = (cost - 1.0) ** 2  # the cotangent needs the value: residuals
+        g = compile_function(inputs, [pt.grad(loss, theta)], compile_mode)
+        value, gradient_value = f(*arguments)
+        np.testing.assert_allclose(value, THETA_0 * expected, rtol=1e-12)
+        np.testing.assert_allclose(gradient_value, expected, rtol=1e-12)
+        np.testing.assert_allclose(
+            g(*arguments)[0], 2 * (value - 1.0) * expected, rtol=1e-12
+        )
+
+
+@pytest.mark.parametrize("data", ["constant", "input"])
+@pytest.mark.parametrize("gradient", ["forward", "auto"])
+def test_jax_grad_of_a_jax_compiled_graph_holds_data_constant(gradient, data):
+    """numpyro's route: the data get symbolic zero tangents from ``jax.grad``."""
+    from pymc.sampling.jax import get_jaxified_graph
+
+    expected = expected_theta_gradient(gradient)
+    inputs, arguments, _, cost = data_graph(gradient, data)
+    jaxified = get_jaxified_graph(inputs, [cost])
+    grad = jax.jit(jax.grad(lambda *args: jaxified(*args)[0]))
+    np.testing.assert_allclose(grad(*arguments), expected, rtol=1e-12)
+
+
+def iota_shapes(jaxpr) -> list[tuple[int, ...]]:
+    """The shapes of the ``iota``\\ s in ``jaxpr`` and its sub-jaxprs.
+
+    Forward mode's basis, an identity matrix with one row per direction, is
+    built from them; the functions below use no other.
+    """
+    shapes = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "iota":
+            shapes.append(tuple(eqn.params["shape"]))
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, tuple | list) else [param]:
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    shapes += iota_shapes(sub.jaxpr)
+                elif isinstance(sub, jax.extend.core.Jaxpr):
+                    shapes += iota_shapes(sub)
+    return shapes
+
+
+def two_parameter_fit(theta, y):
+    return theta[0] * jnp.sqrt(y) + theta[1] * jnp.sin(y)
+
+
+@pytest.mark.parametrize("length", [10, 1000])
+@pytest.mark.parametrize("route", ["pullback", "value_and_pullback", "jax.grad"])
+def test_forward_mode_directions_do_not_grow_with_the_data(route, length):
+    """One basis direction per parameter, at any length of the data."""
+    from pymc.sampling.jax import get_jaxified_graph
+
+    data, theta_value = np.linspace(0.0, 3.0, length), np.array([0.5, 1.5])
+    theta = pt.vector("theta", shape=(2,))
+    y = pt.vector("y", shape=(length,))
+    cost = pt.sum(as_jax_op(two_parameter_fit, gradient="forward")(theta, y))
+    if route == "jax.grad":
+        jaxified = get_jaxified_graph([theta, y], [cost])
+        grad = jax.grad(lambda t, v: jaxified(t, v)[0])
+        jaxprs = [jax.make_jaxpr(grad)(theta_value, data).jaxpr]
+        got = grad(theta_value, data)
+    else:
+        outputs = [pt.grad(cost, theta)]
+        if route == "value_and_pullback":
+            outputs.insert(0, cost)
+        f = compile_function([theta, y], outputs, without_islands(None))
+        # Every op's inputs have static shapes: trace each abstractly.
+        jaxprs = [
+            jax.make_jaxpr(node.op.jax_callable())(
+                *(jax.ShapeDtypeStruct(x.type.shape, x.type.dtype) for x in node.inputs)
+            ).jaxpr
+            for node in jax_op_nodes(f)
+        ]
+        got = f(theta_value, data)[-1]
+    expected = jax.grad(lambda t: jnp.sum(two_parameter_fit(t, data)))(theta_value)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    shapes = [s for jaxpr in jaxprs for s in iota_shapes(jaxpr)]
+    assert shapes, "no forward-mode basis found: not forward mode?"
+    assert set(shapes) == {(2, 2)}, shapes
 
 
 # ------------------------------------------- a diffrax ForwardMode solve

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _linkers import compile_function
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, event, given, settings
 from hypothesis import strategies as st
 
 import pytensor.tensor as pt
@@ -457,3 +457,116 @@ def test_gradient_through_symbolic_output_dims_under_the_jax_linker(body, shape)
     expected = jax.grad(lambda v: jnp.sum(body(v) ** 2))(jnp.asarray(xv))
     np.testing.assert_allclose(gradient, expected)
     assert zeros.shape == body(jnp.asarray(xv)).shape
+
+
+# ------------------------------------------------- forward against reverse mode
+#: Each input of :func:`kinked` is differentiated (the gradient is taken in
+#: it), data (an input held constant) or a constant of the graph.
+ROLES = ("asked", "data", "constant")
+
+
+def kinked(*xs):
+    """``sqrt(|x|)`` of every input, coupled to all others: an infinite
+    derivative at every zero of an input, finite cross-derivatives."""
+    coupling = 1 + sum(jnp.sum(jnp.tanh(x)) for x in xs)
+    return tuple(jnp.sqrt(jnp.abs(x)) * coupling + 0.5 * x for x in xs)
+
+
+@st.composite
+def kinked_specs(draw) -> tuple[list[tuple[int, ...]], list[str], list[bool], int]:
+    """Shapes, roles, whether an input holds zeros (mostly data and constants:
+    zeros in an input asked for make the gradient infinite) and a seed."""
+    n = draw(st.integers(2, 4))
+    shapes = [draw(st.sampled_from([(), (1,), (2,), (3,), (2, 2)])) for _ in range(n)]
+    roles = draw(
+        st.permutations(
+            ["asked", *(draw(st.sampled_from(ROLES)) for _ in range(n - 1))]
+        )
+    )
+    zeros = [
+        draw(
+            st.sampled_from(
+                [False, False, False, True] if r == "asked" else [True, True, False]
+            )
+        )
+        for r in roles
+    ]
+    return shapes, roles, zeros, draw(st.integers(0, 2**32 - 1))
+
+
+def kinked_values(shapes, zeros, seed: int) -> list[np.ndarray]:
+    """Random values; where ``zeros``, about half the elements exactly 0."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for shape, with_zeros in zip(shapes, zeros):
+        value = rng.normal(size=shape) * 1.5
+        if with_zeros:
+            value = np.where(rng.random(shape) < 0.5, 0.0, value)
+        values.append(np.asarray(value))
+    return values
+
+
+@pytest.mark.parametrize("mode", ["FAST_COMPILE", "NUMBA", "JAX"])
+@examples(10)
+@given(spec=kinked_specs())
+def test_forward_and_reverse_mode_agree_where_the_gradient_is_finite(mode, spec):
+    """``pt.grad`` in the inputs asked for, and ``jax.grad`` of the graph compiled
+    for JAX: forward mode, reverse mode and ``jax.grad`` of :func:`kinked` agree
+    wherever the latter is finite (zeros in data and constants included)."""
+    from pymc.sampling.jax import get_jaxified_graph
+
+    shapes, roles, zeros, seed = spec
+    values = kinked_values(shapes, zeros, seed)
+    asked = [i for i, role in enumerate(roles) if role == "asked"]
+
+    def cost(*asked_values):
+        xs = list(values)
+        for i, x in zip(asked, asked_values):
+            xs[i] = x
+        return sum(jnp.sum(o) for o in kinked(*xs))
+
+    expected = jax.grad(cost, argnums=tuple(range(len(asked))))(
+        *(values[i] for i in asked)
+    )
+    # Not where forward mode's one-hot JVPs spread a non-finite derivative.
+    assume(all(np.all(np.isfinite(g)) for g in expected))
+    event(
+        "zeros held constant"
+        if any(np.any(v == 0) for v, r in zip(values, roles) if r != "asked")
+        else "no zero held constant"
+    )
+    variables = [
+        pt.constant(v) if role == "constant" else pt.tensor(f"x{i}", shape=v.shape)
+        for i, (v, role) in enumerate(zip(values, roles))
+    ]
+    inputs = [x for x, role in zip(variables, roles) if role != "constant"]
+    arguments = [v for v, role in zip(values, roles) if role != "constant"]
+    gradients = {}
+    for gradient in ("forward", "reverse"):
+        outputs = as_jax_op(kinked, gradient=gradient)(*variables)
+        total = pt.add(*[pt.sum(o) for o in outputs])
+        asked_variables = [variables[i] for i in asked]
+        gradients[gradient] = pt.grad(total, asked_variables)
+        jaxified = get_jaxified_graph(inputs, [total])
+        positions = [inputs.index(x) for x in asked_variables]
+
+        def jaxified_cost(*asked_values, jaxified=jaxified, positions=positions):
+            args = list(arguments)
+            for k, x in zip(positions, asked_values):
+                args[k] = x
+            return jaxified(*args)[0]
+
+        through_jax = jax.grad(jaxified_cost, argnums=tuple(range(len(asked))))(
+            *(values[i] for i in asked)
+        )
+        for k, (got, want) in enumerate(zip(through_jax, expected)):
+            np.testing.assert_allclose(
+                got, want, rtol=1e-10, atol=1e-12, err_msg=f"jax.grad, {gradient} {k}"
+            )
+    f = compile_function(inputs, [*gradients["forward"], *gradients["reverse"]], mode)
+    results = f(*arguments)
+    for k, want in enumerate(expected):
+        for gradient, got in zip(("forward", "reverse"), results[k :: len(asked)]):
+            np.testing.assert_allclose(
+                got, want, rtol=1e-10, atol=1e-12, err_msg=f"{gradient} {k}"
+            )

@@ -1,6 +1,8 @@
-"""Value and gradient in one pass, and constants baked into the JAX function.
+"""Pullbacks of the inputs asked for, value and gradient in one pass, and
+constants baked into the JAX function.
 
 Registered by :func:`pytensor.compile.jax_ofg.install` in ``optdb``:
+:func:`prune_pullback_inputs` as ``jax_ofg_prune_pullback_inputs``,
 :class:`FuseValueAndVJP` as ``jax_ofg_fuse_value_and_vjp``, and
 :func:`bake_constant_inputs` as ``jax_ofg_bake_constant_inputs``. The guide's
 developer notes, "Derivatives and vmap".
@@ -8,6 +10,7 @@ developer notes, "Derivatives and vmap".
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cached_property
 
 from pytensor.compile.jax_ofg_functions import BakedInputs, Static
@@ -34,11 +37,50 @@ from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorConstant
 
 
-__all__ = ["FuseValueAndVJP", "bake_constant_inputs", "fuse_value_and_vjp"]
+__all__ = [
+    "FuseValueAndVJP",
+    "bake_constant_inputs",
+    "fuse_value_and_vjp",
+    "prune_pullback_inputs",
+]
 
 
 def _is_vjp_node(node: Apply) -> bool:
     return isinstance(node.op, OpFromJax) and isinstance(node.op.fn, VJPFunction)
+
+
+@node_rewriter([OpFromJax])
+def prune_pullback_inputs(fgraph, node: Apply) -> dict[Variable, Variable] | None:
+    """Differentiate a pullback only in the inputs whose gradients are used.
+
+    ``pt.grad(cost, theta)`` asks an op for the gradients of all its float
+    inputs (the pullback cannot know which ones are wanted), data included.
+    The unused ones are dropped here, and the :class:`VJPFunction` holds
+    those inputs constant: forward mode then spends no JVP on them, and a
+    non-finite derivative in them (``sqrt`` of a data point 0) cannot turn
+    the gradients asked for into NaN.
+    """
+    if not _is_vjp_node(node):
+        return None
+    used = [bool(fgraph.clients[output]) for output in node.outputs]
+    if all(used) or not any(used):
+        return None
+    op: OpFromJax = node.op
+    vjp: VJPFunction = op.fn
+    kept = iter(used)  # one output per input flagged in wrt, in order
+    wrt = tuple(next(kept) if w else False for w in vjp.wrt)
+    pruned_op = op.derive(
+        replace(vjp, wrt=wrt),
+        op.input_types,
+        [t for t, u in zip(op.output_types, used) if u],
+        name=op.name,
+        output_dims=tuple(d for d, u in zip(op.output_dims, used) if u),
+    )
+    gradients = iter(pruned_op(*node.inputs, return_list=True))
+    replacements = {o: next(gradients) for o, u in zip(node.outputs, used) if u}
+    for old, new in replacements.items():
+        copy_stack_trace(old, new)
+    return replacements
 
 
 class IslandPlan:
