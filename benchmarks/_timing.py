@@ -62,13 +62,19 @@ def gc_disabled() -> Iterator[None]:
             gc.enable()
 
 
-def time_batch(call: Call, number: int) -> float:
-    """Seconds per call, averaged over ``number`` back-to-back calls."""
+def time_batch(
+    call: Call, number: int, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """Seconds per call, averaged over ``number`` back-to-back calls.
+
+    ``clock`` may be :func:`time.process_time`: the CPU time of all the
+    process's threads, which other processes' load inflates less.
+    """
     fn, args = call.fn, call.args
-    start = time.perf_counter()
+    start = clock()
     for _ in range(number):
         fn(*args)
-    return (time.perf_counter() - start) / number
+    return (clock() - start) / number
 
 
 def time_once(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, Any]:
@@ -91,12 +97,14 @@ def interleaved_medians(
     repeats: int,
     batch_seconds: float,
     warmup_calls: int = 5,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Stats]:
     """Seconds per call of each candidate, measured side by side.
 
     Each candidate is warmed up, then sized so one batch takes about
     ``batch_seconds``. Every round times one batch of each candidate, in an
-    order rotated by one from round to round.
+    order rotated by one from round to round, on ``clock`` (see
+    :func:`time_batch`).
     """
     for call in candidates.values():
         for _ in range(warmup_calls):
@@ -110,7 +118,7 @@ def interleaved_medians(
         for round_ in range(repeats):
             shift = round_ % len(names)
             for name in names[shift:] + names[:shift]:
-                samples[name].append(time_batch(candidates[name], numbers[name]))
+                samples[name].append(time_batch(candidates[name], numbers[name], clock))
     return {name: summarize(values) for name, values in samples.items()}
 
 

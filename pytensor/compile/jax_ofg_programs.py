@@ -21,6 +21,8 @@ from pytensor.compile.jax_ofg_checks import (
     NotFlaggable,
     flag_checks,
     holds_host_callbacks,
+    is_failed_check,
+    raise_if_failed,
 )
 from pytensor.compile.jax_ofg_packing import DtypePacking
 
@@ -138,8 +140,6 @@ class Program:
             if key is not None and trace_cache.mode() != "off"
             else self.raising
         )
-        #: buffers the program returns (a flagged program adds one: its flag)
-        self._n_buffers = len(packing.dtypes)
         self._first_call_passed: bool | None = None
 
     def signature(self, inputs: Sequence[Any]) -> tuple:
@@ -160,12 +160,17 @@ class Program:
             inputs = tuple(
                 static_value(x) if i in self.static else x for i, x in enumerate(inputs)
             )
-        buffers = [np.asarray(b) for b in self._serving(*inputs)]
-        failed = len(buffers) != self._n_buffers and buffers.pop()
-        if self._first_call_passed is None:
-            self._first_call_passed = not failed
-        if failed:  # a check failed: the original program raises the user's error
+        try:
+            buffers = [np.asarray(b) for b in self._serving(*inputs)]
+        except Exception as error:
+            if not is_failed_check(error):
+                raise
+            if self._first_call_passed is None:
+                self._first_call_passed = False
+            # The original program raises the user's error.
             return self._raise(inputs)
+        if self._first_call_passed is None:
+            self._first_call_passed = True
         return buffers
 
     def _raise(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -207,7 +212,11 @@ class Program:
 
     # ------------------------------------------------------------- the trace
     def _traced_or_loaded(self, *inputs: Any) -> Any:
-        """Traced by JAX once per signature: the exported program, or the raising one."""
+        """Traced by JAX once per signature: the exported program, or the raising one.
+
+        A flagged export's flag is checked here, in the program
+        (:func:`raise_if_failed`), not by the caller.
+        """
         if jax.config.jax_disable_jit:  # eager: other shapes than traced
             return self.raising(*inputs)
         dynamic = [x for i, x in enumerate(inputs) if i not in self.static]
@@ -238,6 +247,9 @@ class Program:
         except Exception:  # damaged, or from a JAX that cannot read it
             return self.raising(*inputs)
         self.output_shapes[self.signature(inputs)] = entry.output_shapes
+        if entry.flagged:
+            *outputs, failed = outputs
+            return raise_if_failed(outputs, failed)
         return outputs
 
     def _export(self, specs: Sequence[Any]) -> Exported | NotExportable:

@@ -9,6 +9,7 @@ errors into rejections and shows nothing); every one is counted.
 
 import contextlib
 import logging
+import re
 import warnings
 
 import equinox as eqx
@@ -126,6 +127,81 @@ def test_jax_logs_no_traceback_for_an_error_we_report(caplog):
     ):
         check(4.0).block_until_ready()
     assert [r for r in caplog.records if "callback failed" in r.getMessage()]
+
+
+def _without_frames(message: str) -> str:
+    """A callback's error message without the call stack it ran in."""
+    return re.sub(r"^  File .*\n", "", message, flags=re.MULTILINE)
+
+
+def _error_of(call, *args) -> BaseException:
+    with pytest.raises(RUNTIME_ERRORS) as raised, warnings.catch_warnings():
+        warnings.simplefilter("ignore", WrappedFunctionRuntimeWarning)
+        jax.block_until_ready(call(*args))
+    return raised.value
+
+
+@pytest.mark.parametrize("passing_calls", [0, 2], ids=["first-call", "later-call"])
+def test_a_served_program_raises_what_equinox_raises(passing_calls):
+    """A failed check of a served (exported, flagged) program raises equinox's error.
+
+    Same type and message as the jitted original with equinox's default
+    checks, whether the failing call is a program's first or comes after
+    passing ones (JAX's dispatch raises another type then); the values of
+    passing calls are JAX's.
+    """
+    name = f"served_check_{passing_calls}"
+
+    def checked(mu):
+        return eqx.error_if(jnp.sqrt(mu) + 1.0, mu > 3.0, f"{name}: mu too large")
+
+    checked.__name__ = checked.__qualname__ = name
+    mu = pt.dscalar("mu")
+    f = compile_function([mu], as_jax_op(checked)(mu), None)
+    (node,) = f.maker.fgraph.toposort()
+    program = node.op.program
+    assert program._serving is not program.raising  # served through the cache
+    original = jax.jit(checked)
+    for value in (1.0, 2.0)[:passing_calls]:
+        np.testing.assert_allclose(f(value), original(value), rtol=1e-15)
+    ours, theirs = _error_of(f, 4.0), _error_of(original, 4.0)
+    assert type(ours) is type(theirs)
+    # After the line naming the op: equinox's message, JAX's wrapping.
+    assert _without_frames(str(theirs)) in _without_frames(str(ours))
+    np.testing.assert_allclose(f(2.0), original(2.0), rtol=1e-15)
+
+
+def test_a_served_program_runs_on_the_calling_thread_as_the_original():
+    """The served program of a diffrax solve keeps a host callback (its flag's check).
+
+    JAX's CPU runtime runs a program holding host callbacks on the calling
+    thread, and others (but the cheapest, under 1000 flops) on a thread pool,
+    at a cost per call: the jitted original (equinox's checks are callbacks)
+    returns its outputs computed, and so does the served program.
+    """
+    import diffrax
+
+    def decay(k):
+        solution = diffrax.diffeqsolve(
+            diffrax.ODETerm(lambda t, y, a: -k * y),
+            diffrax.Tsit5(),
+            0.0,
+            10.0,
+            0.1,
+            jnp.ones(50),
+            saveat=diffrax.SaveAt(ts=jnp.linspace(0.0, 10.0, 20)),
+            stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+        )
+        return solution.ys
+
+    assert jax.jit(decay).lower(0.3).compile().cost_analysis()["flops"] > 1000
+    k = pt.dscalar("k")
+    f = compile_function([k], as_jax_op(decay)(k), None)
+    (node,) = f.maker.fgraph.toposort()
+    program = node.op.program
+    np.testing.assert_allclose(f(0.3), jax.jit(decay)(0.3), rtol=1e-12)
+    for _ in range(3):
+        assert all(b.is_ready() for b in program._serving(np.float64(0.3)))
 
 
 @pytest.mark.slow

@@ -1,0 +1,367 @@
+"""Per call on equinox's default path: our ops against the jitted original.
+
+Equinox's raising checks (``eqx.error_if``, in every diffrax solve) are host
+callbacks, which :mod:`jax.export` cannot keep; the trace cache keeps such a
+program with each check setting a flag (``jax_ofg_checks``). This measures
+what that costs per call, against the limit, side by side in one process
+(medians of interleaved batches; every call timed to completion, its outputs
+read as NumPy arrays):
+
+* ``sir``: value and gradient of a small diffrax solve (``_models.sir``'s
+  trajectory: Tsit5 SIR with a cubic-interpolated rate; a squared-error loss
+  on the daily cases), compiled with ``pytensor.function`` in the default
+  (Numba) linker, against ``jax.jit(jax.value_and_grad(loss))``;
+* ``seir``: the main job's ``logp_dlogp`` (``examples/seir_time_varying.py``)
+  in the default linker against ``mode="JAX"`` (dims frozen, as in
+  ``islands.py``);
+* the trace cache's own machinery: the same compiled functions with
+  ``jax_ofg__trace_cache=off`` (the original program, jitted) against ``on``
+  (the exported program, served);
+* ``chain``: ``islands.py``'s fixed-cost graph (32 chained wrapped ``tanh``
+  calls, no checks; one island), for the machinery's cost in microseconds;
+* for ``sir`` also the pieces: the flagged program jitted directly with its
+  flag read in Python (how calls were served before: JAX's CPU runtime runs a
+  program without host callbacks on another thread, the original on the
+  calling thread), and our op's program alone (its host call).
+
+Each is measured with equinox's default ``EQX_ON_ERROR=raise`` and, in a
+child process (equinox reads it at import), with ``EQX_ON_ERROR=nan``.
+
+Run::
+
+    .venv/bin/python benchmarks/checks_per_call.py           # ~6 minutes
+    .venv/bin/python benchmarks/checks_per_call.py --quick   # ~3 minutes
+
+``--cpu-time`` times the process's CPU seconds (all threads) instead of
+wall-clock ones: less inflated by other processes on a shared machine.
+Results are printed and written to ``benchmarks/results/checks_per_call.md``
+(``checks_per_call_quick.md`` with ``--quick``, ``..._cpu.md`` with
+``--cpu-time``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import islands  # noqa: E402 - the checkout's modules; no persistent XLA cache
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from _models import (  # noqa: E402
+    MODELS,
+    SIR_DAYS,
+    SIR_KNOTS,
+    SIR_OBSERVED,
+    SIR_TRUE_KNOTS,
+    SIR_Y0,
+    sir_rate,
+    sir_rate_jax,
+    sir_solve,
+    sir_solve_jax,
+)
+from _timing import (  # noqa: E402
+    Call,
+    Stats,
+    format_ratio,
+    format_seconds,
+    interleaved_medians,
+    machine_header,
+    markdown_table,
+)
+from pymc.model.transform.optimization import freeze_dims_and_data  # noqa: E402
+
+import pytensor  # noqa: E402
+import pytensor.tensor as pt  # noqa: E402
+from pytensor.compile import jax_ofg_host_op  # noqa: E402
+from pytensor.compile.jax_ofg_checks import flag_checks  # noqa: E402
+from pytensor.graph.basic import Constant  # noqa: E402
+
+
+CHECKS = os.environ.get("EQX_ON_ERROR", "raise")
+
+
+# ------------------------------------------------------------------ building
+def sir_loss(knots: jax.Array, gamma: jax.Array) -> jax.Array:
+    """Squared error of the SIR model's daily cases (scaled), in JAX."""
+    ys = sir_solve_jax(sir_rate_jax(SIR_KNOTS, knots), SIR_Y0, SIR_DAYS, gamma)
+    cases = 10_000.0 * (ys[:-1, 0] - ys[1:, 0])
+    return 1e-4 * jnp.sum((cases - SIR_OBSERVED) ** 2)
+
+
+def sir_function(trace_cache: str) -> Callable:
+    """The same loss and gradient with our ops, in the default linker."""
+    knots, gamma = pt.vector("knots", shape=(8,)), pt.dscalar("gamma")
+    ys = sir_solve(sir_rate(SIR_KNOTS, knots), SIR_Y0, SIR_DAYS, gamma)
+    cases = 10_000.0 * (ys[:-1, 0] - ys[1:, 0])
+    loss = 1e-4 * pt.sum((cases - SIR_OBSERVED) ** 2)
+    with cache_set(trace_cache):
+        function = pytensor.function(
+            [knots, gamma], [loss, *pt.grad(loss, [knots, gamma])]
+        )
+    function.trust_input = True
+    return function
+
+
+@contextlib.contextmanager
+def cache_set(value: str) -> Iterator[None]:
+    """``jax_ofg__trace_cache`` set while functions compile, their programs unshared."""
+    jax_ofg_host_op.PROGRAMS.clear()  # equal ops share programs
+    try:
+        with pytensor.config.change_flags(jax_ofg__trace_cache=value):
+            yield
+    finally:
+        jax_ofg_host_op.PROGRAMS.clear()
+
+
+def on_host(function: Callable) -> Callable:
+    """``function`` with every output read as a NumPy array (waits for it)."""
+
+    def call(*args):
+        return [np.asarray(x) for x in jax.tree_util.tree_leaves(function(*args))]
+
+    return call
+
+
+def flag_read_in_python(jitted: Callable) -> Callable:
+    """A flagged program's outputs as NumPy arrays, its flag read and checked."""
+
+    def call(*args):
+        outputs, failed = jitted(*args)
+        if np.asarray(failed):
+            raise RuntimeError("a check failed")
+        return [np.asarray(x) for x in outputs]
+
+    return call
+
+
+def sir_candidates() -> dict[str, Call]:
+    knots, gamma = SIR_TRUE_KNOTS.copy(), np.float64(0.12)
+    value_and_grad = jax.value_and_grad(sir_loss, argnums=(0, 1))
+    ours = sir_function("on")
+    (node,) = ours.maker.fgraph.toposort()  # one island
+    values = iter((knots, gamma))
+    inputs = [x.data if isinstance(x, Constant) else next(values) for x in node.inputs]
+    candidates = {
+        "jit": Call(on_host(jax.jit(value_and_grad)), (knots, gamma)),
+        "ours": Call(ours, (knots, gamma)),
+        # What the op's thunk calls (its outputs packed in one buffer).
+        "our op's program": Call(node.op.program, tuple(inputs)),
+        "ours, cache off": Call(sir_function("off"), (knots, gamma)),
+    }
+    if CHECKS == "raise":
+        jaxpr = jax.make_jaxpr(value_and_grad)(knots, gamma)
+        flagged = jax.jit(flag_checks(jaxpr))
+        candidates["flagged, flag read in Python"] = Call(
+            flag_read_in_python(flagged), (knots, gamma)
+        )
+    want = candidates["jit"]()
+    for name, call in candidates.items():
+        if name != "our op's program":  # the op's, checked through "ours"
+            for got, expected in zip(call(), want, strict=True):
+                np.testing.assert_allclose(got, expected, rtol=1e-9, err_msg=name)
+    return candidates
+
+
+def seir_candidates() -> dict[str, Call]:
+    model = MODELS["seir"]()
+    point = model.initial_point()
+    x = islands.raveled(model, point)
+    frozen = freeze_dims_and_data(model)
+    candidates = {
+        'mode="JAX"': Call(
+            islands.compile_logp_dlogp(
+                frozen, "JAX", islands.raveled(frozen, point)
+            ).function,
+            (islands.raveled(frozen, point),),
+        ),
+        "ours": Call(islands.compile_logp_dlogp(model, None, x).function, (x,)),
+    }
+    with cache_set("off"):
+        off = islands.compile_logp_dlogp(model, None, x).function
+    candidates["ours, cache off"] = Call(off, (x,))
+    value, gradient = candidates['mode="JAX"']()
+    gradient = islands.by_name(frozen, point, gradient)
+    for name, call in candidates.items():
+        got_value, got_gradient = call()
+        np.testing.assert_allclose(got_value, value, rtol=1e-8, err_msg=name)
+        got_gradient = islands.by_name(
+            frozen if name == 'mode="JAX"' else model, point, got_gradient
+        )
+        for var, want in gradient.items():
+            np.testing.assert_allclose(got_gradient[var], want, rtol=1e-6, err_msg=name)
+    return candidates
+
+
+def chain_candidates() -> dict[str, Call]:
+    """``islands.py``'s fixed-cost graph (no checks): microseconds around XLA."""
+    x0, outputs = islands.chain_graph(32)
+    x = np.linspace(-1.0, 1.0, 8)
+    functions = {}
+    for name, mode, cache in (
+        ('mode="JAX"', "JAX", "on"),
+        ("ours", None, "on"),
+        ("ours, cache off", None, "off"),
+    ):
+        with cache_set(cache):
+            function = pytensor.function([x0], outputs, mode=mode)
+        function.trust_input = True
+        functions[name] = on_host(function)
+    want = functions['mode="JAX"'](x)
+    for name, function in functions.items():
+        for got, expected in zip(function(x), want, strict=True):
+            np.testing.assert_allclose(got, expected, rtol=1e-10, err_msg=name)
+    return {name: Call(function, (x,)) for name, function in functions.items()}
+
+
+# ----------------------------------------------------------------- measuring
+def measure(args) -> dict[str, dict[str, float]]:
+    """Median seconds per call (and spread) of every candidate, per case."""
+    results = {}
+    cases = {"sir": sir_candidates, "seir": seir_candidates, "chain": chain_candidates}
+    for case, candidates in cases.items():
+        if case not in args.cases:
+            continue
+        stats = interleaved_medians(
+            candidates(),
+            repeats=args.repeats,
+            batch_seconds=args.batch_seconds,
+            clock=time.process_time if args.cpu_time else time.perf_counter,
+        )
+        results[case] = {name: _stats_dict(s) for name, s in stats.items()}
+    return results
+
+
+def _stats_dict(stats: Stats) -> dict[str, float]:
+    return {"median": stats.median, "spread": stats.spread}
+
+
+def in_child(argv: list[str], checks: str) -> dict:
+    """:func:`measure` in a fresh process with ``EQX_ON_ERROR=checks``."""
+    env = {**os.environ, "EQX_ON_ERROR": checks}
+    done = subprocess.run(
+        [sys.executable, __file__, *argv, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+# ------------------------------------------------------------------- report
+#: Rows: case, label, candidate, reference.
+ROWS = [
+    ("sir", "our op (default linker) vs jit(value_and_grad)", "ours", "jit"),
+    ("seir", 'logp_dlogp, default linker vs mode="JAX"', "ours", 'mode="JAX"'),
+    ("sir", "trace cache machinery: cache on vs off", "ours", "ours, cache off"),
+    ("seir", "trace cache machinery: cache on vs off", "ours", "ours, cache off"),
+    ("chain", "trace cache machinery: cache on vs off", "ours", "ours, cache off"),
+    ("chain", 'default linker vs mode="JAX"', "ours", 'mode="JAX"'),
+    ("sir", "our op's program alone vs jit", "our op's program", "jit"),
+    (
+        "sir",
+        "flagged program, flag read in Python, vs jit",
+        "flagged, flag read in Python",
+        "jit",
+    ),
+]
+
+
+def table(results: dict[str, dict]) -> str:
+    rows = []
+    for case, label, candidate, reference in ROWS:
+        for checks, by_case in results.items():
+            stats = by_case.get(case, {})
+            if candidate not in stats or reference not in stats:
+                continue
+            ours, theirs = stats[candidate], stats[reference]
+            rows.append(
+                (
+                    f"{case}: {label}",
+                    f"EQX_ON_ERROR={checks}",
+                    format_seconds(ours["median"], "us"),
+                    format_seconds(theirs["median"], "us"),
+                    format_ratio(ours["median"] / theirs["median"]),
+                    f"{100 * max(ours['spread'], theirs['spread']):.0f}%",
+                )
+            )
+    return markdown_table(
+        ["per call", "checks", "us", "reference us", "ratio", "spread"],
+        rows,
+        numeric_from=2,
+    )
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter runs")
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        choices=["sir", "seir", "chain"],
+        default=["sir", "seir", "chain"],
+    )
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time CPU seconds of the process (all threads), not wall-clock ones",
+    )
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args(argv)
+    args.repeats = 11 if args.quick else 41
+    args.batch_seconds = 0.1 if args.quick else 0.2
+    name = "checks_per_call" + "_quick" * args.quick + "_cpu" * args.cpu_time + ".md"
+    args.output = args.output or HERE / "results" / name
+    return args
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    if args.json:
+        print(json.dumps(measure(args)))
+        return
+    results = {"raise": measure(args)}
+    results["nan"] = in_child([a for a in argv if a != "--json"], "nan")
+    versions = {"PyTensor": pytensor.__version__, "JAX": jax.__version__}
+    text = "\n".join(
+        [
+            "# Per call on equinox's default path",
+            "",
+            f"`python benchmarks/checks_per_call.py{' '.join(['', *argv])}`; "
+            f"medians of {args.repeats} interleaved batches of about "
+            f"{args.batch_seconds} s per process, "
+            f"{'CPU time (all threads)' if args.cpu_time else 'wall-clock'}; "
+            "ratio = median / reference median; spread = the larger "
+            "interquartile range / median.",
+            "",
+            machine_header(versions),
+            "",
+            table(results),
+            "",
+        ]
+    )
+    print(text)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    print(f"written to {args.output}")
+
+
+if __name__ == "__main__":
+    main()
