@@ -12,6 +12,7 @@ import hashlib
 import os
 import platform
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import jax
@@ -181,7 +182,7 @@ def _scan_distributions(path: tuple[str, ...]) -> tuple[str, ...]:
     (``name-version.dist-info``), with how it was installed when not from an
     index (``direct_url.json``: a VCS commit, an archive's hash, a folder)."""
     found = []
-    for entry in dict.fromkeys(os.path.abspath(p or ".") for p in path):
+    for entry in _outside_packages(os.path.abspath(p or ".") for p in path):
         try:
             with os.scandir(entry) as listing:
                 names = [e.name for e in listing if e.name.endswith(_METADATA_DIRS)]
@@ -197,6 +198,30 @@ def _scan_distributions(path: tuple[str, ...]) -> tuple[str, ...]:
 
 
 _METADATA_DIRS = (".dist-info", ".egg-info")
+
+
+def _outside_packages(entries: Iterable[str]) -> list[str]:
+    """The distinct ``entries``, but those inside a package of another entry.
+
+    A folder inside an installed package is that package's own
+    (``site-packages/setuptools/_vendor``, which setuptools puts on
+    ``sys.path`` when imported): what it holds is pinned by the package's
+    distribution, and a scan of it would change every key the moment the
+    package is imported. (An entry below another that is no package, as
+    a virtual environment below the working directory, is scanned.)
+    """
+    distinct = list(dict.fromkeys(entries))
+
+    def in_a_package(entry: str) -> bool:
+        for other in distinct:
+            inner = os.path.relpath(entry, other)
+            if entry != other and not inner.startswith(os.pardir):
+                top = inner.split(os.sep)[0]
+                if os.path.isfile(os.path.join(other, top, "__init__.py")):
+                    return True
+        return False
+
+    return [entry for entry in distinct if not in_a_package(entry)]
 
 
 @functools.cache

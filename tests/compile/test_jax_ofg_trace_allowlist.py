@@ -626,3 +626,29 @@ def test_a_collection_during_a_trace_is_no_part_of_it():
     assert collections  # a collection did run, its callback with it
     assert "collects_while_traced" not in trace_cache_info()["uncached_functions"]
     np.testing.assert_allclose(y.eval({x: X}), np.sin(X))
+
+
+def test_a_package_putting_its_vendored_folder_on_the_path_changes_no_key(
+    tmp_path, monkeypatch
+):
+    """setuptools appends ``setuptools/_vendor`` (with its dist-info folders) to
+    ``sys.path`` when imported: what that holds is setuptools', pinned by its
+    own version. A folder of distributions of its own is another environment."""
+    import sys
+
+    from pytensor.compile import jax_ofg_environment as environment
+
+    site = tmp_path / "site"
+    (site / "pkg" / "_vendor" / "vendored-1.0.dist-info").mkdir(parents=True)
+    (site / "pkg" / "__init__.py").write_text("")
+    (site / "pkg-2.0.dist-info").mkdir()
+    other = tmp_path / "other"
+    (other / "more-3.0.dist-info").mkdir(parents=True)
+
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
+    installed = environment.installed_distributions()
+    assert "pkg-2.0.dist-info" in installed
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site / "pkg" / "_vendor")])
+    assert environment.installed_distributions() == installed
+    monkeypatch.setattr(sys, "path", [*sys.path, str(other)])
+    assert "more-3.0.dist-info" in environment.installed_distributions()
