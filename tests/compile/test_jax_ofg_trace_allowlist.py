@@ -508,7 +508,8 @@ CALLS = {
     "ctypes": ("ctypes.CDLL(None).getpid()", "ctypes"),
     "a memo of the user's": ("memoised(2.0)", "functools._lru_cache_wrapper"),
     "hash": ("hash('a') % 7", "builtins.hash"),
-    "subprocess": ("subprocess.run(['true']).returncode", "subprocess"),
+    # Python 3.13's subprocess takes a lock before it starts the process
+    "subprocess": ("subprocess.run(['true']).returncode", "subprocess|_thread.lock"),
     "socket": ("len(socket.gethostname())", "socket"),
 }
 
@@ -555,7 +556,7 @@ def test_a_function_calling_what_the_allowlist_does_not_hold_is_not_cached(case)
         y = wrapped(x)
     np.testing.assert_allclose(y.eval({x: X}), 2.0 * X)
     found = trace_cache_info()["uncached_functions"].get(name, "")
-    assert reason in found, found
+    assert any(part in found for part in reason.split("|")), found
 
 
 def test_a_function_calling_only_what_the_allowlist_holds_is_cached():
