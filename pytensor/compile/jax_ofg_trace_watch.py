@@ -558,18 +558,8 @@ def _on_import_end(code: types.CodeType, offset: int, value: Any) -> Any:
     return None
 
 
-@contextlib.contextmanager
-def _quietly() -> Iterator[None]:
-    """This module's own work inside a callback (it may read files: no trace's)."""
-    state = _STATES.get(_get_ident())
-    if state is None:
-        yield
-        return
-    state.paused += 1
-    try:
-        yield
-    finally:
-        state.paused -= 1
+#: This module's own work inside a callback (it may read files: no trace's).
+_quietly = paused
 
 
 # --------------------------------------------------------------- C calls
