@@ -28,6 +28,7 @@ from pytensor.compile import (
 from pytensor.compile import (
     jax_ofg_environment,
     jax_ofg_fork_guard,
+    jax_ofg_nutpie,
     jax_ofg_pymc,
     jax_ofg_trace_cache,
     jax_ofg_trace_watch,
@@ -119,7 +120,9 @@ def install() -> None:
     5. **Processes**: at-fork handlers that make a process forked after JAX
        started refuse to run JAX (instead of deadlocking); PyMC's choice of
        start method for models holding JAX ops; the fork check of functions
-       compiled with ``mode="JAX"``.
+       compiled with ``mode="JAX"``; nutpie's Numba backend calls a model
+       holding JAX ops through host callbacks, not a ``numba.cfunc`` it
+       would compile in every process (:mod:`~pytensor.compile.jax_ofg_nutpie`).
     6. **Start-up**: the PyTensor flags ``jax_ofg__xla_cache`` (JAX's
        persistent compilation cache under PyTensor's ``compiledir``) and
        ``jax_ofg__trace_cache`` (traces kept in memory and on disk, next to
@@ -159,6 +162,7 @@ def install() -> None:
                 after_in_child=jax_ofg_fork_guard.after_fork_in_child,
             )
         jax_ofg_pymc.install_pymc_start_method_choice()
+        jax_ofg_nutpie.install_nutpie_host_callbacks()
 
         jax_ofg_xla_cache.add_config_flag()
         jax_ofg_xla_cache.configure_xla_cache()

@@ -8,10 +8,11 @@ nothing. The guide's developer notes, "Private APIs".
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from collections.abc import Callable
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any
 
 
@@ -37,10 +38,15 @@ ENTRIES: dict[str, str] = {
     "importlib._bootstrap._find_and_load": "imports while a trace is watched",
     "pytensor.configparser (ConfigParam.__get__, _config_var_dict)": "flags in keys",
     "equinox's generated pytree functions (<generated_...>)": "watching traces",
+    "nutpie.compile_pymc (_compile_pymc_model_numba, _make_functions, "
+    "make_user_data, _prepare_dims_and_coords, CompiledPyMCModel)": "host callbacks",
 }
 
 #: The releases the entries were last checked against.
-CHECKED = "pytensor 3.3.8, pymc 6.4, jax 0.12.0, equinox 0.13.8, Python 3.12-3.13"
+CHECKED = (
+    "pytensor 3.3.8, pymc 6.4, jax 0.12.0, equinox 0.13.8, nutpie 0.16.11, "
+    "Python 3.12-3.13"
+)
 
 
 # ------------------------------------------------------------------------ JAX
@@ -183,6 +189,61 @@ def patch_method(cls: type, name: str, marker: str, wrap: Callable) -> bool:
 #: function they import from ``pymc.sampling.parallel`` to do it.
 PYMC_SAMPLING_MODULES = ("pymc.sampling.mcmc", "pymc.smc.sampling")
 PYMC_START_METHOD_CHOOSER = "_initialize_multiprocessing_context"
+
+
+# --------------------------------------------------------------------- nutpie
+#: The module of nutpie's PyMC compilation, and its Numba-backend compiler.
+NUTPIE_COMPILE_MODULE = "nutpie.compile_pymc"
+NUTPIE_NUMBA_COMPILER = "_compile_pymc_model_numba"
+
+
+@dataclasses.dataclass(frozen=True)
+class NutpieNumbaAPI:
+    """What nutpie's Numba backend is made of, apart from its ``numba.cfunc`` calls."""
+
+    make_functions: Callable
+    make_user_data: Callable
+    prepare_dims_and_coords: Callable
+    compiled_model: type
+
+
+def nutpie_numba_api(module: ModuleType) -> NutpieNumbaAPI | None:
+    """The parts of ``nutpie.compile_pymc`` host callbacks use, or None if one moved.
+
+    ``CompiledPyMCModel`` must still take the fields nutpie 0.16 gives it.
+    """
+    try:
+        api = NutpieNumbaAPI(
+            module._make_functions,
+            module.make_user_data,
+            module._prepare_dims_and_coords,
+            module.CompiledPyMCModel,
+        )
+        fields = {f.name for f in dataclasses.fields(api.compiled_model)}
+    except (AttributeError, TypeError):
+        return None
+    return api if fields >= _NUTPIE_FIELDS else None
+
+
+_NUTPIE_FIELDS = frozenset(
+    [
+        "_n_dim",
+        "dims",
+        "_coords",
+        "_shapes",
+        "compiled_logp_func",
+        "compiled_expand_func",
+        "initial_point_func",
+        "shared_data",
+        "shared_var_keys",
+        "user_data",
+        "n_expanded",
+        "shape_info",
+        "logp_func",
+        "expand_func",
+        "reparameterized_names",
+    ]
+)
 
 
 def sampled_model(caller: FrameType | None) -> Any:

@@ -282,6 +282,26 @@ def input_cells(node: Apply, storage_map) -> list[list]:
     ]
 
 
+def one_jax_op(fgraph) -> Apply | None:
+    """The graph's one node when it is a :class:`JaxHostOp` over the graph's inputs.
+
+    The node's other inputs are constants (an island's data), and every output
+    of the graph is one of the node's: calling the op's host function is then
+    the whole graph (the Numba linker's direct thunk, nutpie's host callbacks).
+    """
+    if len(fgraph.apply_nodes) != 1:
+        return None
+    (node,) = fgraph.apply_nodes
+    if not (
+        isinstance(node.op, JaxHostOp)
+        and [x for x in node.inputs if not isinstance(x, Constant)]
+        == list(fgraph.inputs)
+        and all(out.owner is node for out in fgraph.outputs)
+    ):
+        return None
+    return node
+
+
 def graph_holds_jax_ops(outputs: Iterable[Any]) -> bool:
     """Whether the graph of ``outputs`` holds an op that runs JAX code.
 

@@ -292,6 +292,20 @@ def _check_equinox_generated_files() -> None:
     )
 
 
+def _check_nutpie_numba_api() -> None:
+    import nutpie.compile_pymc
+
+    compiler = getattr(nutpie.compile_pymc, compat.NUTPIE_NUMBA_COMPILER, None)
+    _require(
+        compat.nutpie_numba_api(nutpie.compile_pymc) is not None
+        and callable(compiler)
+        and getattr(compiler, "compiles_host_callbacks", False),
+        "nutpie.compile_pymc (_compile_pymc_model_numba, _make_functions, "
+        "make_user_data, _prepare_dims_and_coords, CompiledPyMCModel)",
+        "nutpie's Numba backend moved a function or a field of CompiledPyMCModel",
+    )
+
+
 #: The check of each entry of ``jax_ofg_compat.ENTRIES``.
 CHECKS = {
     "jax._src.tree_util._registry": _check_pytree_registry,
@@ -311,6 +325,8 @@ CHECKS = {
     "importlib._bootstrap._find_and_load": _check_import_entry,
     "pytensor.configparser (ConfigParam.__get__, _config_var_dict)": _check_flag_getter,
     "equinox's generated pytree functions (<generated_...>)": _check_equinox_generated_files,
+    "nutpie.compile_pymc (_compile_pymc_model_numba, _make_functions, "
+    "make_user_data, _prepare_dims_and_coords, CompiledPyMCModel)": _check_nutpie_numba_api,
 }
 
 

@@ -23,8 +23,12 @@ import numpy as np
 
 from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile.jax_ofg_fingerprints import digest, stable_key
-from pytensor.compile.jax_ofg_host_op import JaxHostOp, input_cells, writable_outputs
-from pytensor.graph.basic import Constant
+from pytensor.compile.jax_ofg_host_op import (
+    JaxHostOp,
+    input_cells,
+    one_jax_op,
+    writable_outputs,
+)
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch.basic import get_numba_type, numba_njit
 from pytensor.link.utils import raise_with_op
@@ -265,19 +269,9 @@ def install_direct_host_thunk() -> bool:
 
 
 def _direct_thunk(fgraph, order, storage_map, thunks) -> Callable | None:
-    """A thunk calling the host function of the graph's one JAX op, or None.
-
-    The op's inputs are the graph's, and constants (an island's data).
-    """
-    if len(order) != 1 or len(thunks) != 1:
-        return None
-    (node,) = order
-    if not (
-        isinstance(node.op, JaxHostOp)
-        and [x for x in node.inputs if not isinstance(x, Constant)]
-        == list(fgraph.inputs)
-        and all(out.owner is node for out in fgraph.outputs)
-    ):
+    """A thunk calling the host function of the graph's one JAX op, or None."""
+    node = one_jax_op(fgraph)
+    if node is None or len(order) != 1 or len(thunks) != 1:
         return None
     host_call = node.op.host_function()
     inputs = input_cells(node, storage_map)

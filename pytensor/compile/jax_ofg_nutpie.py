@@ -1,0 +1,357 @@
+"""nutpie calls a model holding JAX ops through host callbacks, compiled in no process.
+
+nutpie's Numba backend wraps PyTensor's Numba function of the log-density in
+a ``numba.cfunc`` closure over the model, which Numba cannot cache: every
+process types and lowers the whole log-density again before its first draw
+(about 3 s for ``examples/stan_ode.py``, 10 s for larger models). A model
+holding JAX ops gains nothing from it: its function enters object mode, and
+holds the GIL, to call each op's XLA program anyway.
+
+For such models (the log-density's graph holds a
+:class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp`), nutpie gets C function
+pointers of the same signature made by :mod:`ctypes` instead:
+
+* a graph that is one JAX op (a model's ``logp_dlogp`` is usually one
+  island) calls the op's host function directly, as the Numba linker's
+  direct thunk does;
+* any other graph calls PyTensor's Numba function (``vm.jit_fn``), which
+  PyTensor caches on disk.
+
+Both are pure functions of their arguments, so nutpie's chains call them from
+their threads at once; the GIL is released while XLA runs. Models without JAX
+ops keep nutpie's own ``cfunc``. Registers nothing itself:
+:func:`pytensor.compile.jax_ofg.install` calls :func:`install_nutpie_host_callbacks`.
+
+Examples
+--------
+>>> import pymc as pm, nutpie                                # doctest: +SKIP
+>>> compiled = nutpie.compile_pymc_model(model)               # doctest: +SKIP
+>>> type(compiled).__name__                                   # doctest: +SKIP
+'HostCallbackPyMCModel'
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import itertools
+import logging
+import math
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+import jax
+import numpy as np
+
+from pytensor.compile import jax_ofg_compat as compat
+from pytensor.compile.jax_ofg_host_op import one_jax_op
+from pytensor.compile.jax_ofg_import_hooks import after_import
+from pytensor.compile.jax_ofg_pymc import model_holds_jax_ops
+from pytensor.graph.basic import Constant
+
+
+__all__ = [
+    "EXPAND_SIGNATURE",
+    "LOGP_SIGNATURE",
+    "HostCallback",
+    "compile_with_host_callbacks",
+    "install_nutpie_host_callbacks",
+    "pure_function",
+]
+
+_log = logging.getLogger(__name__)
+
+_pointer = ctypes.c_void_p
+#: nutpie's log-density: ``(n_dim, x, gradient out, logp out, user_data) -> status``.
+LOGP_SIGNATURE = ctypes.CFUNCTYPE(
+    ctypes.c_int64, ctypes.c_uint64, _pointer, _pointer, _pointer, _pointer
+)
+#: nutpie's expansion to draws: ``(n_dim, n_expanded, x, out, user_data) -> status``.
+EXPAND_SIGNATURE = ctypes.CFUNCTYPE(
+    ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint64, _pointer, _pointer, _pointer
+)
+
+# nutpie's status codes (its Numba functions return the same).
+_OK, _WRONG_SIZE, _RAISED, _NONFINITE_GRADIENT, _NONFINITE_LOGP = 0, -1, 1, 3, 4
+_EXPAND_RAISED = -2
+
+
+_THREADS = threading.local()
+_ensure_gil = ctypes.pythonapi.PyGILState_Ensure
+_ensure_gil.restype = ctypes.c_int
+#: Threads whose thread state is kept (each one a few kilobytes that live as
+#: long as the process): past it, a thread's calls make and delete their own.
+MAX_PINNED_THREADS = 1024
+_pinned = itertools.count()
+
+
+def _pin_thread_state() -> None:
+    """Keep the Python thread state ctypes made for this (nutpie's) thread.
+
+    ctypes makes a thread state when a thread Python did not start calls back,
+    and deletes it when the callback returns, so every call would run in a new
+    Python thread, its thread-local state (JAX's among it) made again: two
+    chains on two cores ran slower than one. One more ``PyGILState_Ensure``,
+    never released, keeps it for the thread's lifetime and the process's (a
+    Rust thread's end is not seen from here), for the first
+    :data:`MAX_PINNED_THREADS` threads.
+    """
+    _THREADS.pinned = True
+    if next(_pinned) < MAX_PINNED_THREADS:
+        _ensure_gil()
+
+
+class HostCallback:
+    """A Python function nutpie calls through a C function pointer (``address``).
+
+    Holds the :mod:`ctypes` object, whose lifetime is the pointer's.
+    """
+
+    def __init__(self, function: Callable, signature: type):
+        self.function = function
+        self._c_function = signature(function)
+        self.address: int = ctypes.cast(self._c_function, ctypes.c_void_p).value
+
+
+def array_views(length: int) -> Callable[[int], np.ndarray]:
+    """NumPy views of ``length`` doubles at an address, one made per address.
+
+    nutpie reuses its buffers, so a chain's calls find their views in the
+    memo; it is cleared when it grows past a few hundred addresses.
+    """
+    views: dict[int, np.ndarray] = {}
+    array_type = ctypes.c_double * length
+
+    def view(address: int) -> np.ndarray:
+        array = views.get(address)
+        if array is None:
+            if len(views) > 512:
+                views.clear()
+            array = views[address] = np.frombuffer(
+                array_type.from_address(address), dtype=np.float64
+            )
+        return array
+
+    return view
+
+
+def pure_function(function: Any) -> Callable[..., Sequence[Any]]:
+    """The outputs of a compiled PyTensor ``function`` as a function of its inputs' values.
+
+    Without its storage, so that threads may call it at once: the host
+    function of the graph's one JAX op, or else PyTensor's Numba function.
+    """
+    fgraph = function.maker.fgraph
+    node = one_jax_op(fgraph)
+    if node is None:
+        return function.vm.jit_fn
+    # Read-only views of JAX's buffers: the callbacks copy them into nutpie's.
+    host_call = node.op.with_copied_outputs(
+        (False,) * len(node.outputs)
+    ).host_function()
+    position = {x: i for i, x in enumerate(fgraph.inputs)}
+    # On JAX's device once, as the Numba linker's thunks hold them.
+    template = [
+        jax.device_put(x.data) if isinstance(x, Constant) else None for x in node.inputs
+    ]
+    sources = [(i, position[x]) for i, x in enumerate(node.inputs) if x in position]
+    picks = [node.outputs.index(out) for out in fgraph.outputs]
+    if len(sources) == len(template) and sources == list(
+        enumerate(range(len(sources)))
+    ):
+        if picks == list(range(len(picks))):
+            return host_call
+        return lambda *inputs: [host_call(*inputs)[i] for i in picks]
+
+    def call(*inputs):
+        arguments = template.copy()
+        for i, source in sources:
+            arguments[i] = inputs[source]
+        outputs = host_call(*arguments)
+        return [outputs[i] for i in picks]
+
+    return call
+
+
+def logp_callback(
+    logp_dlogp: Callable, n_dim: int, shared: Sequence[np.ndarray]
+) -> HostCallback:
+    """nutpie's log-density callback over ``logp_dlogp(x, *shared) -> (logp, gradient)``."""
+    view = array_views(n_dim)
+    logp_value = ctypes.c_double.from_address
+
+    def logp(dim, x, gradient_out, logp_out, user_data):
+        if not getattr(_THREADS, "pinned", False):
+            _pin_thread_state()
+        if dim != n_dim:
+            return _WRONG_SIZE
+        try:
+            value, gradient = logp_dlogp(view(x), *shared)
+            out = view(gradient_out)
+            np.copyto(out, gradient)
+            value = logp_value(logp_out).value = float(value)
+            if not np.isfinite(out).all():
+                return _NONFINITE_GRADIENT
+            if not math.isfinite(value):
+                return _NONFINITE_LOGP
+        except BaseException:  # a rejected proposal, as in nutpie's own function
+            _log.debug("The log-density raised; nutpie rejects it", exc_info=True)
+            return _RAISED
+        return _OK
+
+    return HostCallback(logp, LOGP_SIGNATURE)
+
+
+def expand_callback(
+    expand: Callable, n_dim: int, n_expanded: int, shared: Sequence[np.ndarray]
+) -> HostCallback:
+    """nutpie's callback from a point to a draw over ``expand(x, *shared) -> (values,)``."""
+    view = array_views(n_dim)
+    out_view = array_views(n_expanded)
+
+    def expand_draw(dim, expanded, x, out, user_data):
+        if dim != n_dim or expanded != n_expanded:
+            return _WRONG_SIZE
+        try:
+            (values,) = expand(view(x), *shared)
+            out_view(out)[:] = values
+        except BaseException:
+            _log.debug("Expanding a draw raised", exc_info=True)
+            return _EXPAND_RAISED
+        return _OK
+
+    return HostCallback(expand_draw, EXPAND_SIGNATURE)
+
+
+def _shared_values(model: Any, function: Any) -> list[np.ndarray]:
+    """The values nutpie holds for ``function``'s shared variables, in input order."""
+    return [model.shared_data[model.shared_var_keys[v]] for v in function.get_shared()]
+
+
+def with_host_callbacks(model: Any) -> Any:
+    """nutpie's compiled ``model`` with its functions called through host callbacks."""
+    logp = logp_callback(
+        pure_function(model.logp_func),
+        model.n_dim,
+        _shared_values(model, model.logp_func),
+    )
+    expand = expand_callback(
+        pure_function(model.expand_func),
+        model.n_dim,
+        model.n_expanded,
+        _shared_values(model, model.expand_func),
+    )
+    return dataclasses.replace(
+        model, compiled_logp_func=logp, compiled_expand_func=expand
+    )
+
+
+@functools.cache
+def host_callback_model_class(base: type) -> type:
+    """nutpie's ``CompiledPyMCModel`` (``base``), whose ``with_data`` keeps host callbacks."""
+
+    @dataclasses.dataclass(frozen=True)
+    class HostCallbackPyMCModel(base):
+        """A compiled PyMC model whose functions nutpie calls through host callbacks."""
+
+        def with_data(self, **updates):
+            return with_host_callbacks(super().with_data(**updates))
+
+    return HostCallbackPyMCModel
+
+
+def compile_with_host_callbacks(
+    nutpie_module: ModuleType,
+    model: Any,
+    pymc_initial_point_fn: Callable,
+    var_names: Sequence[str] | None = None,
+) -> Any:
+    """nutpie's Numba-backend compilation of ``model``, with host callbacks for cfuncs.
+
+    What ``nutpie.compile_pymc._compile_pymc_model_numba`` does, up to the
+    two ``numba.cfunc`` calls: PyTensor's Numba functions, nutpie's copies of
+    the shared variables' values (``with_data`` replaces them), dims and coords.
+    """
+    api = compat.nutpie_numba_api(nutpie_module)
+    n_dim, n_expanded, logp_func, expand_func, initial_point, shape_info, renamed = (
+        api.make_functions(
+            model,
+            mode="NUMBA",
+            compute_grad=True,
+            join_expanded=True,
+            pymc_initial_point_fn=pymc_initial_point_fn,
+            var_names=var_names,
+        )
+    )
+    shared_data, shared_var_keys = {}, {}
+    for variable in [*logp_func.get_shared(), *expand_func.get_shared()]:
+        if variable in shared_var_keys:
+            continue
+        key = shared_var_keys[variable] = f"shared_{len(shared_var_keys)}"
+        value = shared_data[key] = np.array(variable.get_value(), order="C", copy=True)
+        value.flags.writeable = False
+    dims, coords = api.prepare_dims_and_coords(model, shape_info, renamed)
+    compiled = host_callback_model_class(api.compiled_model)(
+        _n_dim=n_dim,
+        dims=dims,
+        _coords=coords,
+        _shapes={name: tuple(shape) for name, _, shape in zip(*shape_info)},
+        compiled_logp_func=None,
+        compiled_expand_func=None,
+        initial_point_func=initial_point,
+        shared_data=shared_data,
+        shared_var_keys=shared_var_keys,
+        user_data=api.make_user_data(shared_var_keys, shared_data),
+        n_expanded=n_expanded,
+        shape_info=shape_info,
+        logp_func=logp_func,
+        expand_func=expand_func,
+        reparameterized_names=renamed,
+    )
+    return with_host_callbacks(compiled)
+
+
+def _compiling_with_host_callbacks(compile_numba: Callable) -> Callable:
+    """Wrap nutpie's ``_compile_pymc_model_numba``: models holding JAX ops get host callbacks.
+
+    Other models, and calls with ``numba.cfunc`` options, keep nutpie's own path.
+    """
+    nutpie_module = compile_numba.__module__
+
+    @functools.wraps(compile_numba)
+    def compile_pymc_model_numba(
+        model, pymc_initial_point_fn, var_names=None, **kwargs
+    ):
+        if kwargs or not model_holds_jax_ops(model):
+            return compile_numba(model, pymc_initial_point_fn, var_names, **kwargs)
+        _log.debug("nutpie calls the model's JAX ops through host callbacks")
+        return compile_with_host_callbacks(
+            sys.modules[nutpie_module], model, pymc_initial_point_fn, var_names
+        )
+
+    return compile_pymc_model_numba
+
+
+def patch_nutpie_module(module: ModuleType) -> bool:
+    """Install host callbacks in ``nutpie.compile_pymc``.
+
+    Returns whether they are installed; ``False`` (nothing changed) when
+    nutpie has moved one of the names they use.
+    """
+    if compat.nutpie_numba_api(module) is None:
+        return False
+    return compat.patch_method(
+        module,
+        compat.NUTPIE_NUMBA_COMPILER,
+        "compiles_host_callbacks",
+        _compiling_with_host_callbacks,
+    )
+
+
+def install_nutpie_host_callbacks() -> None:
+    """Patch ``nutpie.compile_pymc`` now, or when it is imported."""
+    after_import(compat.NUTPIE_COMPILE_MODULE, patch_nutpie_module)
