@@ -50,26 +50,15 @@ class ChildFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class Finished:
-    """A child process that exited 0.
+    """A child process that exited 0."""
 
-    Attributes
-    ----------
-    result
-        The JSON object on its last line of output (``None`` when its output
-        was not captured or not asked for).
-    started_at
-        ``time.time()`` just before it started (a child that records its own
-        ``time.time()`` at its first line gives its interpreter's start-up).
-    seconds
-        Wall time from its start to its exit.
-    stdout
-        Its output (empty when not captured).
-    """
-
+    #: The JSON object on its last line of output (``None`` if not asked for).
     result: dict | None
+    #: ``time.time()`` just before it started: a child that records its own at
+    #: its first line gives its interpreter's start-up.
     started_at: float
+    #: Wall time from its start to its exit.
     seconds: float
-    stdout: str
 
 
 def run_python(
@@ -128,17 +117,13 @@ def run_python(
     stdout, stderr = stdout or "", stderr or ""
     if process.returncode != 0:
         raise ChildFailed(stderr.strip()[-STDERR_TAIL:] or f"exit {process.returncode}")
-    parsed = last_json_object(stdout, stderr) if capture and result else None
-    return Finished(parsed, started_at, seconds, stdout)
-
-
-def last_json_object(stdout: str, stderr: str = "") -> dict:
-    """The JSON object on the last line of ``stdout``; :class:`ChildFailed` if none."""
+    if not (capture and result):
+        return Finished(None, started_at, seconds)
     lines = stdout.strip().splitlines()
     if not lines or not lines[-1].startswith("{"):
         tail = stderr.strip()[-STDERR_TAIL:]
         raise ChildFailed(f"{tail}\nno JSON object on the last line of its output")
-    return json.loads(lines[-1])
+    return Finished(json.loads(lines[-1]), started_at, seconds)
 
 
 def _kill(process: subprocess.Popen) -> None:
