@@ -548,6 +548,10 @@ def report(runs: dict[str, list[dict]], settings) -> str:
         ]
     for name, ours, stan_runs in agreement:
         worst = []
+        for run in stan_runs:  # runs stored before scalars lost PyStan's [0]
+            for scalar in [k for k in run["summary"] if k.endswith("[0]")]:
+                if scalar[:-3] in ours[0]["summary"]:
+                    run["summary"][scalar[:-3]] = run["summary"].pop(scalar)
         for scalar in ours[0]["summary"]:
             ours_mean = median([r["summary"][scalar]["mean"] for r in ours])
             stan_mean = median([r["summary"][scalar]["mean"] for r in stan_runs])
@@ -578,6 +582,9 @@ def parse_args(argv=None):
     parser.add_argument("--skip", default="", help=f"kinds to leave out, of {KINDS}")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument(
+        "--report", action="store_true", help="only the tables, from the stored runs"
+    )
     settings = parser.parse_args(argv)
     settings.models = [m for m in settings.models.split(",") if m]
     skipped = {k for k in settings.skip.split(",") if k}
@@ -597,6 +604,14 @@ def main(argv=None) -> None:
 
         spec = json.loads(settings.child)
         print(json.dumps(CHILDREN[spec["kind"]](spec)), flush=True)
+        return
+    results = HERE / "results"
+    if settings.report:
+        runs = json.loads((results / "small_odes.json").read_text())
+        settings.rounds = max(len(v) for v in runs.values())
+        text = report(runs, settings)
+        (results / "small_odes.md").write_text(text)
+        print(text)
         return
     runs: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="small_odes-") as folder:
@@ -620,7 +635,6 @@ def main(argv=None) -> None:
                 runs.setdefault(label(spec), []).append(result)
                 shown = {k: v for k, v in result.items() if k != "summary"}
                 print(f"round {round_}: {label(spec)}: {shown}", flush=True)
-    results = HERE / "results"
     (results / "small_odes.json").write_text(json.dumps(runs, indent=1))
     text = report(runs, settings)
     (results / "small_odes.md").write_text(text)
