@@ -209,7 +209,7 @@ def boarding_school_wrap_jax() -> pm.Model:
 
 def boarding_school_pytensor(steps_per_day: int = 20) -> pm.Model:
     """The same model in pure PyTensor: fixed-step RK4 in ``pytensor.scan``."""
-    import boarding_school_sir as case_study
+    import _vs_stan_models as case_study
 
     dt = 1.0 / steps_per_day
     n_steps = int(case_study.DAYS[-1] * steps_per_day)
@@ -238,21 +238,7 @@ def boarding_school_pytensor(steps_per_day: int = 20) -> pm.Model:
         )
         return states[steps_per_day - 1 :: steps_per_day]  # days 1..14
 
-    with pm.Model(coords={"day": case_study.DAYS.astype(int)}) as model:
-        beta = pm.TruncatedNormal("beta", mu=2.0, sigma=1.0, lower=0.0)
-        gamma = pm.TruncatedNormal("gamma", mu=0.4, sigma=0.5, lower=0.0)
-        phi_inv = pm.Exponential("phi_inv", lam=5.0)
-        y = trajectory(beta, gamma)
-        pm.NegativeBinomial(
-            "cases",
-            mu=y[:, 1],
-            alpha=1.0 / phi_inv,
-            observed=case_study.CASES,
-            dims="day",
-        )
-        pm.Deterministic("R0", beta / gamma)
-        pm.Deterministic("recovery_time", 1.0 / gamma)
-    return model
+    return case_study.build_model(trajectory)
 
 
 MODELS: dict[str, Callable[[], pm.Model]] = {

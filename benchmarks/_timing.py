@@ -3,13 +3,17 @@
 * :func:`interleaved_medians` times several callables side by side: batches of
   calls, taken round-robin (in a rotating order) so that a burst of noise from
   another process hits every candidate alike; the median batch is reported.
-* :func:`time_once` times a single call (compilations, first calls).
-* :func:`markdown_table` and :func:`machine_header` format the results.
+* :func:`time_once` times a single call (compilations, first calls);
+  :func:`best_ms` the best of a few runs of many calls.
+* :func:`markdown_table`, :func:`machine_header` and :func:`package_versions`
+  format the results; :func:`median` summarizes values that may hold NaN.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib.metadata
+import math
 import os
 import platform
 import statistics
@@ -136,6 +140,23 @@ def median_of(fn: Callable[[], float], repeats: int) -> Stats:
         return summarize([fn() for _ in range(repeats)])
 
 
+def best_ms(fn: Callable[[], Any], calls: int = 200, runs: int = 5) -> float:
+    """Milliseconds per call: the best of ``runs`` runs of ``calls`` calls."""
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best * 1e3
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of the values that are not NaN (NaN when none is)."""
+    values = [v for v in values if not math.isnan(v)]
+    return statistics.median(values) if values else math.nan
+
+
 # ---------------------------------------------------------------- formatting
 def machine_header(versions: Mapping[str, str]) -> str:
     """One line naming the machine and the package versions."""
@@ -144,7 +165,7 @@ def machine_header(versions: Mapping[str, str]) -> str:
         f"{platform.system()} {platform.machine()}",
         f"CPU {cpu}",
         f"{os.cpu_count()} logical CPUs",
-        f"load average {_load_average()}",
+        "load average {:.2f} {:.2f} {:.2f}".format(*load_averages()),
         f"Python {platform.python_version()}",
         *(f"{name} {version}" for name, version in versions.items()),
     ]
@@ -162,11 +183,26 @@ def _cpu_model() -> str | None:
     return None
 
 
-def _load_average() -> str:
+def load_averages() -> tuple[float, float, float]:
+    """The 1-, 5- and 15-minute load averages (NaN where the system has none)."""
     try:
-        return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+        return os.getloadavg()
     except (AttributeError, OSError):
-        return "n/a"
+        return (math.nan, math.nan, math.nan)
+
+
+def package_versions(distributions: Mapping[str, str]) -> dict[str, str]:
+    """The installed version of each distribution, by label ("not installed").
+
+    ``distributions`` maps a label (``"JAX"``) to a distribution name (``"jax"``).
+    """
+    found = {}
+    for label, name in distributions.items():
+        try:
+            found[label] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[label] = "not installed"
+    return found
 
 
 def markdown_table(

@@ -26,13 +26,18 @@ STARTED_AT = time.time()  # the parent measures process start-up with it
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import shutil  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import _stan  # noqa: E402  (imports neither this package nor PyTensor)
+from _timing import load_averages  # noqa: E402
+
+
 PARAMETERS = ["beta", "gamma", "phi_inv", "R0", "recovery_time"]
 #: Routes whose model is this package's example (the others must not import it).
 OURS = ("ours_nutpie", "ours_pymc", "ours_numpyro")
@@ -43,16 +48,8 @@ def since_start() -> float:
     return time.perf_counter() - START
 
 
-def load_average() -> float:
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return float("nan")
-
-
 def pymc_route(args: argparse.Namespace, phases: dict) -> dict:
     """Build the route's PyMC model and ``pm.sample`` it; return the posterior arrays."""
-    sys.path.insert(0, str(HERE))
     if args.route in OURS:
         if (ROOT / "conftest.py").exists():
             sys.path.insert(0, str(ROOT))
@@ -110,53 +107,27 @@ def pymc_route(args: argparse.Namespace, phases: dict) -> dict:
 
 def stan_route(args: argparse.Namespace, phases: dict) -> dict:
     """Build the case study's Stan program with PyStan 3 and sample it."""
-    sys.path.insert(0, str(HERE))
     import _vs_stan_models as models
-    import stan
+    import stan  # noqa: F401  (timed with the imports)
 
     phases["imports"] = since_start()
     phases["build"] = 0.0
-    # httpstan keeps every fit of a seeded run and would serve the second
-    # process from it without sampling: keep the compiled model, drop the fits.
-    for fits in Path(os.environ.get("XDG_CACHE_HOME", "/nonexistent")).rglob("fits"):
-        shutil.rmtree(fits)
-    posterior = stan.build(
-        models.STAN_PROGRAM, data=models.stan_data(), random_seed=args.seed
-    )
+    posterior = _stan.build(models.STAN_PROGRAM, models.stan_data(), args.seed)
     phases["compile"] = since_start() - phases["imports"]
     before = since_start()
-    fit = posterior.sample(
-        num_chains=args.chains, num_samples=args.draws, num_warmup=args.tune
+    fit = _stan.sample(
+        posterior, PARAMETERS, chains=args.chains, draws=args.draws, tune=args.tune
     )
     phases["sampling"] = since_start() - before
     phases["fit"] = since_start()
-
-    def by_chain(name: str):
-        # fit[name] has one row per scalar and draws of all chains in a row,
-        # the chain index running fastest.
-        return fit[name].reshape(args.draws, args.chains).T
-
-    import stan as _stan
-
-    return {
-        "library": f"PyStan {_stan.__version__}",
-        "draws": {name: by_chain(name) for name in PARAMETERS},
-        "diverging": by_chain("divergent__").astype(bool),
-    }
+    return {"library": _stan.library(), "draws": fit.draws, "diverging": fit.diverging}
 
 
 def summarize(result: dict) -> dict:
     """Mean, sd, MCSE, ESS and R-hat of each parameter (ArviZ, as for every route)."""
-    import arviz as az
-
-    draws = result.pop("draws")
-    idata = az.from_dict({"posterior": draws})
-    summary = az.summary(idata, round_to="none")
     columns = ["mean", "sd", "mcse_mean", "ess_bulk", "ess_tail", "r_hat"]
-    result["summary"] = {
-        name: {column: float(summary.loc[name, column]) for column in columns}
-        for name in PARAMETERS
-    }
+    summary = _stan.posterior_summary(result.pop("draws"), columns)
+    result["summary"] = {name: summary[name] for name in PARAMETERS}
     result["divergences"] = int(result.pop("diverging").sum())
     return result
 
@@ -175,7 +146,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     phases: dict = {}
-    load_start = load_average()
+    load_start = load_averages()[0]
     run = stan_route if args.route == "stan" else pymc_route
     result = run(args, phases)
     result = summarize(result)
@@ -187,7 +158,7 @@ def main() -> None:
         tune=args.tune,
         phases=phases,
         started_at=STARTED_AT,
-        load_average=[load_start, load_average()],
+        load_average=[load_start, load_averages()[0]],
     )
     print(json.dumps(result), flush=True)
 

@@ -3,12 +3,13 @@
 ``vs_stan.py`` fits one model along every route; the ``ours_*`` routes take it
 from ``examples/boarding_school_sir.py``. The others must not import
 ``pytensor.compile.jax_ofg`` (a ``pytensor.wrap_jax`` user does not have it,
-and importing it would give them its XLA cache), so the data and the PyMC
-model are repeated here; ``tests/examples/test_boarding_school_example.py``
-checks that they are the example's, and that every solver gives the same
-log-density.
+and importing it would give them its XLA cache), and the example imports it
+at its top, so the data, the PyMC model and the solve are repeated here, once
+for every benchmark; ``tests/examples/test_vs_stan_benchmark.py`` checks that
+they are the example's, and that every solver gives the same log-density.
 
-* :func:`build_model`: the PyMC model around any solver;
+* :func:`build_model`: the PyMC model around any solver (also the pure
+  PyTensor one of ``_models.boarding_school_pytensor``);
 * :func:`solve_sir_jax`: the example's diffrax solve as a plain JAX function,
   for ``pytensor.wrap_jax``;
 * :func:`pm_ode_solver`: PyMC's built-in ``pm.ode.DifferentialEquation``;

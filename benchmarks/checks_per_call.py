@@ -45,7 +45,6 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import time
 import warnings
@@ -58,6 +57,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _timing  # noqa: E402
 import islands  # noqa: E402 - the checkout's modules; no persistent XLA cache
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -73,15 +73,8 @@ from _models import (  # noqa: E402
     sir_solve,
     sir_solve_jax,
 )
-from _timing import (  # noqa: E402
-    Call,
-    Stats,
-    format_ratio,
-    format_seconds,
-    interleaved_medians,
-    machine_header,
-    markdown_table,
-)
+from _processes import run_python  # noqa: E402
+from _timing import Call, Stats, interleaved_medians  # noqa: E402
 from pymc.model.transform.optimization import freeze_dims_and_data  # noqa: E402
 
 import pytensor  # noqa: E402
@@ -251,15 +244,7 @@ def _stats_dict(stats: Stats) -> dict[str, float]:
 
 def in_child(argv: list[str], checks: str) -> dict:
     """:func:`measure` in a fresh process with ``EQX_ON_ERROR=checks``."""
-    env = {**os.environ, "EQX_ON_ERROR": checks}
-    done = subprocess.run(
-        [sys.executable, __file__, *argv, "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(done.stdout.splitlines()[-1])
+    return run_python([__file__, *argv, "--json"], env={"EQX_ON_ERROR": checks}).result
 
 
 # ------------------------------------------------------------------- report
@@ -293,13 +278,13 @@ def table(results: dict[str, dict]) -> str:
                 (
                     f"{case}: {label}",
                     f"EQX_ON_ERROR={checks}",
-                    format_seconds(ours["median"], "us"),
-                    format_seconds(theirs["median"], "us"),
-                    format_ratio(ours["median"] / theirs["median"]),
+                    _timing.format_seconds(ours["median"], "us"),
+                    _timing.format_seconds(theirs["median"], "us"),
+                    _timing.format_ratio(ours["median"] / theirs["median"]),
                     f"{100 * max(ours['spread'], theirs['spread']):.0f}%",
                 )
             )
-    return markdown_table(
+    return _timing.markdown_table(
         ["per call", "checks", "us", "reference us", "ratio", "spread"],
         rows,
         numeric_from=2,
@@ -351,7 +336,7 @@ def main(argv=None) -> None:
             "ratio = median / reference median; spread = the larger "
             "interquartile range / median.",
             "",
-            machine_header(versions),
+            _timing.machine_header(versions),
             "",
             table(results),
             "",

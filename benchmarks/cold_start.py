@@ -38,9 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -51,17 +49,25 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from _processes import IN_CHECKOUT, run_python  # noqa: E402
 from _timing import format_ratio, machine_header, markdown_table  # noqa: E402
+
+
+#: The first lines of every script below: ``start`` is its first line's time,
+#: and it imports the checkout's modules (the benchmarks', the examples').
+PREAMBLE = f"""
+import json
+import time
+start = time.perf_counter()
+import sys
+sys.path[:0] = [{str(ROOT)!r}, {str(HERE)!r}, {str(ROOT / "examples")!r}]
+if {IN_CHECKOUT!r}:
+    import conftest  # the checkout's modules
+"""
 
 
 #: Runs in each fresh process: times the phases, prints them as JSON.
 CHILD = """
-import time
-start = time.perf_counter()
-import sys
-sys.path[:0] = [{root!r}, {here!r}, {examples!r}]
-if {in_checkout!r}:
-    import conftest  # the checkout's modules
 import numpy as np
 import pymc as pm
 import pytensor
@@ -90,12 +96,6 @@ print(json.dumps(dict(
 """
 
 SAMPLE = """
-import time
-start = time.perf_counter()
-import sys
-sys.path[:0] = [{root!r}, {here!r}]
-if {in_checkout!r}:
-    import conftest
 import pymc as pm
 import _models as models
 
@@ -110,10 +110,7 @@ if __name__ == "__main__":
 
 #: Where a fresh process's build and compile time goes, by cProfile.
 BREAKDOWN = """
-import cProfile, pstats, sys
-sys.path[:0] = [{root!r}, {here!r}, {examples!r}]
-if {in_checkout!r}:
-    import conftest
+import cProfile, pstats
 import numpy as np
 import _models as models
 profile = cProfile.Profile()
@@ -143,12 +140,6 @@ print(json.dumps(found))
 #: The case study through nutpie, as ``pm.sample()`` runs it: phases from the
 #: first line of the script to the posterior.
 NUTPIE = """
-import time
-start = time.perf_counter()
-import os, sys
-sys.path[:0] = [{root!r}, {here!r}, {examples!r}]
-if {in_checkout!r}:
-    import conftest
 import numpy as np
 import nutpie
 import pymc as pm
@@ -187,7 +178,7 @@ NUTPIE_RUNS = [
 NUTPIE_PHASES = ["imports", "build", "compile", "first_draw", "to_first_draw", "total"]
 
 
-def nutpie_table(folder: Path, repeats: int) -> tuple[str, dict]:
+def nutpie_startup_table(folder: Path, repeats: int) -> tuple[str, dict]:
     """The case study through nutpie: a cold compiledir, then second processes.
 
     The cold process of each model first, then ``repeats`` rounds of second
@@ -244,12 +235,6 @@ def nutpie_child(folder: Path, index: int, model: str, env: dict) -> dict:
 #: PyTensor node between each, value and gradient, in a fresh process with
 #: cold caches (fresh compiledir, no persistent XLA cache).
 SCALING = """
-import time
-start = time.perf_counter()
-import sys
-sys.path[:0] = [{root!r}, {here!r}]
-if {in_checkout!r}:
-    import conftest
 import numpy as np
 import pytensor, pytensor.tensor as pt
 import _models as models
@@ -305,33 +290,15 @@ SECTIONS = ("nutpie", "first_value", "scaling")
 def run_child(
     source: str, compiledir: Path, script: Path, env: dict | None = None
 ) -> dict:
-    script.write_text("import json\n" + textwrap.dedent(source))
-    env = {
-        **os.environ,
-        "PYTENSOR_FLAGS": f"base_compiledir={compiledir}",
-        **(env or {}),
-    }
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env=env,
-        cwd=script.parent,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(result.stderr[-3000:])
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    """Run ``source`` as ``script`` in a fresh process with ``compiledir``; its JSON."""
+    script.write_text(textwrap.dedent(source))
+    env = {"PYTENSOR_FLAGS": f"base_compiledir={compiledir}", **(env or {})}
+    return run_python([script], env=env, cwd=script.parent, timeout=1800).result
 
 
 def fill(source: str, **values) -> str:
-    common = {
-        "root": str(ROOT),
-        "here": str(HERE),
-        "examples": str(ROOT / "examples"),
-        "in_checkout": (ROOT / "conftest.py").exists(),
-    }
-    return source.format(**common, **values)
+    """A script: :data:`PREAMBLE`, then ``source`` with ``values`` filled in."""
+    return PREAMBLE + textwrap.dedent(source).format(**values)
 
 
 def measure(runs: list[tuple[str, str | None]], folder: Path) -> dict[str, list[dict]]:
@@ -463,7 +430,7 @@ def main(argv=None) -> None:
             "",
         ]
         if "nutpie" in wanted:
-            table, _ = nutpie_table(folder, args.repeats)
+            table, _ = nutpie_startup_table(folder, args.repeats)
             sections += [
                 "## Stan's SIR case study through nutpie (`pm.sample()`)",
                 "",

@@ -12,6 +12,7 @@ import time
 import diffrax
 import jax.numpy as jnp
 from _models import SIR_DAYS, SIR_KNOTS, SIR_Y0, sir_rate, sir_solve
+from _timing import best_ms
 
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg_environment import environment_fingerprint
@@ -20,16 +21,6 @@ from pytensor.compile.jax_ofg_fingerprints import (
     fingerprint,
     stable_key,
 )
-
-
-def best_ms(fn, calls: int = 200, runs: int = 5) -> float:
-    best = float("inf")
-    for _ in range(runs):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best * 1e3
 
 
 def closure_solve():

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +49,8 @@ ROUTES = {
     "ours_reverse": "ours, reverse mode (default adjoint)",
     "stan": "Stan (PyStan, ode_bdf_tol)",
 }
+#: Command-line options of a fit's size, and their defaults.
+FIT_SIZE = {"draws": 1000, "tune": 1000, "chains": 4}
 
 
 def our_model(route: str):
@@ -69,14 +70,16 @@ def child(route: str, draws: int, tune: int, chains: int, seed: int) -> None:
     import _pk_model as pk
 
     if route == "stan":
-        import stan
+        import _stan
 
-        posterior = stan.build(pk.STAN_PROGRAM, data=pk.stan_data(), random_seed=seed)
+        posterior = _stan.build(pk.STAN_PROGRAM, pk.stan_data(), seed)
         before = time.perf_counter()
-        fit = posterior.sample(num_chains=chains, num_samples=draws, num_warmup=tune)
+        fit = _stan.sample(
+            posterior, ["log_theta"], chains=chains, draws=draws, tune=tune
+        )
         sampling = time.perf_counter() - before
-        log_theta = fit["log_theta"].reshape(4, draws, chains).transpose(2, 1, 0)
-        divergences = int(fit["divergent__"].sum())
+        log_theta = fit.draws["log_theta"]
+        divergences = int(fit.diverging.sum())
     else:
         import pymc as pm
 
@@ -104,27 +107,16 @@ def child(route: str, draws: int, tune: int, chains: int, seed: int) -> None:
 
 def fit_twice(route: str, args: argparse.Namespace) -> dict:
     """The route in a first and a second fresh process sharing fresh caches."""
+    from _processes import cache_env, run_python
+
     with tempfile.TemporaryDirectory(prefix=f"forward_mode-{route}-") as folder:
         cache = Path(folder)
-        env = {
-            **os.environ,
-            "PYTENSOR_FLAGS": f"base_compiledir={cache / 'pytensor'}",
-            "NUMBA_CACHE_DIR": str(cache / "numba"),
-            "XDG_CACHE_HOME": str(cache / "xdg"),
-        }
-        command = [sys.executable, __file__, "--child", route]
-        command += [f"--{k}={getattr(args, k)}" for k in ("draws", "tune", "chains")]
+        command = [__file__, "--child", route]
+        command += [f"--{k}={getattr(args, k)}" for k in FIT_SIZE]
         results = []
         for _ in range(2):
-            start = time.perf_counter()
-            done = subprocess.run(
-                command, capture_output=True, text=True, env=env, cwd=cache
-            )
-            lines = done.stdout.strip().splitlines()
-            if done.returncode != 0 or not lines:
-                raise RuntimeError(f"{route} failed:\n{done.stderr[-3000:]}")
-            result = json.loads(lines[-1])
-            result["process"] = time.perf_counter() - start
+            done = run_python(command, env=cache_env(cache), cwd=cache)
+            result = {**done.result, "process": done.seconds}
             results.append(result)
             print(route, result, flush=True)
         return {"first": results[0], "second": results[1]}
@@ -224,9 +216,8 @@ def per_call(args: argparse.Namespace) -> tuple[list, list]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child", choices=ROUTES)
-    parser.add_argument("--draws", type=int, default=1000)
-    parser.add_argument("--tune", type=int, default=1000)
-    parser.add_argument("--chains", type=int, default=4)
+    for name, default in FIT_SIZE.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--sizes", type=int, nargs="*", default=[4, 8, 16, 32, 64])
     parser.add_argument("--routes", nargs="*", default=list(ROUTES))
@@ -239,21 +230,12 @@ def main() -> None:
         child(args.child, args.draws, args.tune, args.chains, seed=1)
         return
 
-    from _timing import machine_header, markdown_table
+    from _timing import machine_header, markdown_table, package_versions
 
     command = "python benchmarks/forward_mode.py " + " ".join(sys.argv[1:])
-    import diffrax
-    import jax
-    import pymc
-
-    import pytensor
-
-    versions = {
-        "JAX": jax.__version__,
-        "diffrax": diffrax.__version__,
-        "PyTensor": pytensor.__version__,
-        "PyMC": pymc.__version__,
-    }
+    versions = package_versions(
+        {"JAX": "jax", "diffrax": "diffrax", "PyTensor": "pytensor", "PyMC": "pymc"}
+    )
     sections = [
         "# Forward against reverse mode: a stiff PK model\n",
         f"Command: `{command.strip()}`\n",

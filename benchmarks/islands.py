@@ -63,7 +63,6 @@ if (ROOT / "conftest.py").exists():  # inside the checkout: use its modules
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _models  # noqa: E402
-import jax  # noqa: E402
 import nutpie  # noqa: E402
 import pymc as pm  # noqa: E402
 from _timing import (  # noqa: E402
@@ -73,6 +72,7 @@ from _timing import (  # noqa: E402
     interleaved_medians,
     machine_header,
     markdown_table,
+    package_versions,
 )
 from pymc.model.transform.optimization import freeze_dims_and_data  # noqa: E402
 
@@ -250,7 +250,8 @@ def nutpie_run(model: pm.Model, args, **compile_kwargs) -> tuple[float, float, i
     return seconds, seconds / n_gradients, divergences
 
 
-def nutpie_table(name: str, model: pm.Model, args) -> str:
+def nutpie_sampling_table(model: pm.Model, args) -> str:
+    """nutpie's Numba backend with and without islands, and its JAX backend."""
     runs = {"Numba backend, islands": nutpie_run(model, args)}
     with numba_mode_without_islands():
         runs["Numba backend, no islands"] = nutpie_run(model, args)
@@ -349,12 +350,9 @@ def parse_args(argv=None):
 def main(argv=None) -> None:
     args = parse_args(argv)
     warnings.filterwarnings("ignore", category=UserWarning)
-    versions = {
-        "PyTensor": pytensor.__version__,
-        "JAX": jax.__version__,
-        "PyMC": pm.__version__,
-        "nutpie": nutpie.__version__,
-    }
+    versions = package_versions(
+        {"PyTensor": "pytensor", "JAX": "jax", "PyMC": "pymc", "nutpie": "nutpie"}
+    )
     sections = [
         "# JAX islands: `logp_dlogp` per call and nutpie",
         "",
@@ -373,7 +371,7 @@ def main(argv=None) -> None:
             "wrap_jax": _models.MODELS[f"{name}_wrap_jax"](),
         }
         text, _ = per_call(name, models, args)
-        sections += [text, nutpie_table(name, models["ours"], args), ""]
+        sections += [text, nutpie_sampling_table(models["ours"], args), ""]
         print("\n".join(sections[-3:]), flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(sections))

@@ -27,9 +27,7 @@ Results are printed and written to ``benchmarks/results/many_fits.md``.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,16 +39,13 @@ os.environ.setdefault("EQX_ON_ERROR", "nan")  # as the example: NaN, not a raise
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 sys.path[:0] = [str(EXAMPLES), str(Path(__file__).resolve().parent)]
-CHECKOUT = (ROOT / "conftest.py").exists()
-if CHECKOUT:  # inside the checkout: this process and its workers use its modules
-    sys.path.insert(0, str(ROOT / "tests"))
-    from _fresh_process import SITECUSTOMIZE
 
+from _processes import IN_CHECKOUT, checkout_startup, run_python  # noqa: E402
+
+
+if IN_CHECKOUT:  # inside the checkout: this process and its workers use its modules
     _startup = Path(tempfile.mkdtemp(prefix="many_fits_startup-"))
-    (_startup / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(_startup), *filter(None, os.environ.get("PYTHONPATH", "").split(":"))]
-    )
+    os.environ.update(checkout_startup(_startup))
     sys.path.insert(0, str(ROOT))
     import conftest  # noqa: F401
 
@@ -66,19 +61,19 @@ _rc.write_text(
 )
 os.environ["PYTENSORRC"] = str(_rc)
 
-from _timing import machine_header, markdown_table  # noqa: E402
+from _timing import machine_header, markdown_table, package_versions  # noqa: E402
 from dask.distributed import Client, LocalCluster  # noqa: E402
 from sbc_boarding_school import fit_dataset, run_fits, simulate  # noqa: E402
 
 
 SINGLE_FIT = """
-import os, sys, time
+import json, sys
 sys.path.insert(0, {examples!r})
 import numpy as np
 from sbc_boarding_school import fit_dataset
 task = dict(np.load({task!r}, allow_pickle=True).item())
 fit = fit_dataset(**task)
-print("FIT", fit.seconds, fit.cache_misses)
+print(json.dumps({{"seconds": fit.seconds, "cache_misses": fit.cache_misses}}))
 """
 
 
@@ -142,17 +137,10 @@ def main() -> None:
         script.write_text(
             SINGLE_FIT.format(examples=str(EXAMPLES), task=str(task_file))
         )
-        start = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, str(script)], capture_output=True, text=True, timeout=900
-        )
-        second = time.perf_counter() - start
-    assert done.returncode == 0, done.stderr[-3000:]
-    fit_line = next(x for x in done.stdout.splitlines() if x.startswith("FIT "))
-    _, fit_seconds, misses = fit_line.split()
-    rows.append(("single process, second run: start to end", second))
-    rows.append(("  of which its fit (pm.sample)", float(fit_seconds)))
-    notes.append(f"second run: {misses} traces run")
+        done = run_python([script], timeout=900)
+    rows.append(("single process, second run: start to end", done.seconds))
+    rows.append(("  of which its fit (pm.sample)", done.result["seconds"]))
+    notes.append(f"second run: {done.result['cache_misses']} traces run")
 
     # A worker's start-up: a new cluster of one worker, to the end of its
     # first fit; then fits per minute with that worker.
@@ -187,22 +175,14 @@ def main() -> None:
     speedup = per_minute[2] / per_minute[1]
 
     # The whole SBC at the example's quick size.
-    start = time.perf_counter()
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(EXAMPLES / "sbc_boarding_school.py"),
-            "--quick",
-            "--out",
-            str(_compiledir / "sbc.png"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    sbc_seconds = time.perf_counter() - start
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows.append(("whole SBC, --quick (2 fits, 2 workers), start to end", sbc_seconds))
+    sbc = [
+        EXAMPLES / "sbc_boarding_school.py",
+        "--quick",
+        "--out",
+        _compiledir / "sbc.png",
+    ]
+    done = run_python(sbc, timeout=900, result=False)
+    rows.append(("whole SBC, --quick (2 fits, 2 workers), start to end", done.seconds))
 
     table = markdown_table(
         ["measure", "seconds"], [(name, f"{value:.1f}") for name, value in rows]
@@ -222,10 +202,12 @@ def main() -> None:
             "core; caches in a `compiledir` of the run's own.",
             "",
             machine_header(
-                {
-                    name: importlib.metadata.version(name)
-                    for name in ("pytensor", "jax", "pymc", "nutpie", "distributed")
-                }
+                package_versions(
+                    {
+                        name: name
+                        for name in ("pytensor", "jax", "pymc", "nutpie", "distributed")
+                    }
+                )
             ),
             "",
             table,

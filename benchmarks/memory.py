@@ -19,17 +19,17 @@ import argparse
 import gc
 import json
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from _processes import run_python  # noqa: E402
 
 import conftest  # noqa: E402, F401 - puts this checkout's modules first
 import pytensor  # noqa: E402
@@ -88,19 +88,14 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.variant:  # a child: one variant, its rows as JSON on the last line
         rows = measure(args.iterations, args.every, args.mode, args.variant)
-        print(json.dumps(rows))
+        print(json.dumps({"rows": rows}))
         return
 
     start = time.perf_counter()
     results = {}
     for variant in ("ours", "pytensor"):
-        child = subprocess.run(
-            [sys.executable, __file__, *(argv or sys.argv[1:]), "--variant", variant],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        results[variant] = json.loads(child.stdout.strip().splitlines()[-1])
+        child = run_python([__file__, *(argv or sys.argv[1:]), "--variant", variant])
+        results[variant] = child.result["rows"]
     seconds = time.perf_counter() - start
 
     header = (

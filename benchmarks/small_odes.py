@@ -53,8 +53,6 @@ START = time.perf_counter()
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -64,6 +62,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(HERE)]  # stan_ode: the example
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # exportable programs, as the examples
+
+import _stan  # noqa: E402
+from _processes import ChildFailed, cache_env, run_python  # noqa: E402
+from _timing import median  # noqa: E402
+
 
 MODELS = ("lv", "pk")
 KINDS = ("startup", "per_call", "chains", "threads", "fit")
@@ -266,45 +269,25 @@ def child_chains(spec: dict) -> dict:
     return {"seconds": seconds, "steps": steps.tolist()}
 
 
-def posterior_summary(draws: dict) -> dict:
-    """Mean, MCSE, bulk ESS and R-hat of every scalar (ArviZ, for every route)."""
-    import arviz as az
-
-    summary = az.summary(az.from_dict({"posterior": draws}), round_to="none")
-    columns = ["mean", "sd", "mcse_mean", "ess_bulk", "r_hat"]
-    return {
-        str(index): {c: float(summary.loc[index, c]) for c in columns}
-        for index in summary.index
-    }
-
-
 def child_fit(spec: dict) -> dict:
     name, parameters = spec["model"], None
     phases: dict = {}
     if spec["route"] == "stan":
-        import numpy as np
-        import stan
+        import stan  # noqa: F401  (timed with the imports)
 
         program, data, parameters = stan_program(name)
         phases["imports+build"] = since_start()
         before = since_start()
-        posterior = stan.build(program, data=data, random_seed=spec["seed"])
+        posterior = _stan.build(program, data, spec["seed"])
         phases["compile"] = since_start() - before
         if spec.get("build only"):
             return {"phases": phases}
         before = since_start()
-        fit = posterior.sample(num_chains=4, num_samples=1000, num_warmup=1000)
+        fit = _stan.sample(posterior, parameters, chains=4, draws=1000, tune=1000)
         phases["sampling"] = since_start() - before
-        draws = {}
-        for parameter in parameters:
-            values = np.asarray(fit[parameter])  # (*shape, draws * chains)
-            values = values.reshape(*values.shape[:-1], 1000, 4)
-            values = np.moveaxis(values, (-1, -2), (0, 1))
-            # PyStan gives a scalar parameter a dimension of 1
-            draws[parameter] = values[..., 0] if values.shape[2:] == (1,) else values
-        steps = np.asarray(fit["n_leapfrog__"]).ravel()
-        result = {"gradients per draw": float(steps.mean())}
-        result["divergences"] = int(np.asarray(fit["divergent__"]).sum())
+        draws = fit.draws
+        result = {"gradients per draw": float(fit.leapfrog.mean())}
+        result["divergences"] = int(fit.diverging.sum())
     else:
         import nutpie
 
@@ -331,7 +314,8 @@ def child_fit(spec: dict) -> dict:
         }
     phases["whole"] = since_start()
     result["phases"] = phases
-    result["summary"] = posterior_summary(draws)
+    columns = ["mean", "sd", "mcse_mean", "ess_bulk", "r_hat"]
+    result["summary"] = _stan.posterior_summary(draws, columns)
     return result
 
 
@@ -396,26 +380,14 @@ def run_child(spec: dict, caches: Path, timeout: float) -> dict:
     """Run one measurement in a fresh process sharing ``caches``; its JSON result."""
     folder = caches / f"{spec['model']}-{spec.get('route', 'ours')}"
     folder.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "PYTENSOR_FLAGS": f"base_compiledir={folder / 'pytensor'}",
-        "NUMBA_CACHE_DIR": str(folder / "numba"),
-        "XDG_CACHE_HOME": str(caches / "stan"),  # Stan's builds, for both models
-    }
-    command = [sys.executable, __file__, "--child", json.dumps(spec)]
-    started = time.perf_counter()
+    env = cache_env(folder, stan=caches / "stan")  # Stan's builds, for both models
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, env=env, timeout=timeout
+        done = run_python(
+            [__file__, "--child", json.dumps(spec)], env=env, timeout=timeout
         )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s"}
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        return {"error": done.stderr[-2000:]}
-    result = json.loads(lines[-1])
-    result["process"] = time.perf_counter() - started
-    return result
+    except ChildFailed as error:
+        return {"error": str(error)}
+    return {**done.result, "process": done.seconds}
 
 
 def plan(settings) -> list[list[dict]]:
@@ -452,11 +424,6 @@ def plan(settings) -> list[list[dict]]:
 def label(spec: dict) -> str:
     cores = f"|cores={spec['cores']}" if "cores" in spec else ""
     return f"{spec['kind']}|{spec['model']}|{spec['route']}{cores}"
-
-
-def median(values) -> float:
-    values = [v for v in values if v == v]
-    return statistics.median(values) if values else float("nan")
 
 
 def report(runs: dict[str, list[dict]], settings) -> str:

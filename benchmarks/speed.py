@@ -129,26 +129,15 @@ class Settings:
 
     @classmethod
     def make(cls, quick: bool) -> Settings:
-        if quick:
-            return cls(
-                quick=True,
-                repeats=7,
-                batch_seconds=0.01,
-                build_repeats=3,
-                breakdown_repeats=15,
-                breakdown_batch_seconds=0.005,
-                default_cases=("cheap", "oscillator"),
-                tasks=(VALUE, VALUE_GRAD),
-            )
         return cls(
-            quick=False,
-            repeats=21,
-            batch_seconds=0.05,
-            build_repeats=5,
-            breakdown_repeats=61,
-            breakdown_batch_seconds=0.01,
-            default_cases=CASE_NAMES,
-            tasks=(VALUE, VALUE_GRAD, GRAD),
+            quick=quick,
+            repeats=7 if quick else 21,
+            batch_seconds=0.01 if quick else 0.05,
+            build_repeats=3 if quick else 5,
+            breakdown_repeats=15 if quick else 61,
+            breakdown_batch_seconds=0.005 if quick else 0.01,
+            default_cases=("cheap", "oscillator") if quick else CASE_NAMES,
+            tasks=(VALUE, VALUE_GRAD) if quick else (VALUE, VALUE_GRAD, GRAD),
         )
 
 
@@ -269,12 +258,31 @@ class Case:
         ]
 
 
+def ode_case(
+    name: str,
+    description: str,
+    trajectory: Callable[..., jax.Array],
+    truth: tuple[np.ndarray, np.ndarray],
+    unit: str,
+) -> Case:
+    """A squared-error loss on data simulated at ``truth`` (theta, knots), off by 10%."""
+    theta, knots = truth
+    data = synthetic_data(trajectory, theta, knots)
+    return Case(
+        name=name,
+        description=description,
+        fn=squared_error_loss(trajectory, data, f"{name}_loss"),
+        values=(theta * 1.1, knots + 0.1),
+        input_names=("theta", "knots"),
+        tasks=(VALUE, VALUE_GRAD, GRAD),
+        unit=unit,
+        rtol=1e-6,
+        heavy=True,
+    )
+
+
 def make_cases() -> dict[str, Case]:
     """The benchmarked functions (the ODE data are simulated here)."""
-    osc_theta, osc_knots = np.array([1.3, 0.1]), 0.5 * np.sin(OSC_KNOT_TIMES / 3)
-    stiff_theta, stiff_knots = np.ones(3), 0.3 * np.sin(STIFF_KNOT_TIMES / 5)
-    osc_data = synthetic_data(oscillator_trajectory, osc_theta, osc_knots)
-    stiff_data = synthetic_data(stiff_trajectory, stiff_theta, stiff_knots)
     cases = [
         Case(
             name="cheap",
@@ -287,29 +295,21 @@ def make_cases() -> dict[str, Case]:
             rtol=1e-10,
             heavy=False,
         ),
-        Case(
-            name="oscillator",
-            description="forced damped oscillator, Tsit5 + PID, 100 save points, "
+        ode_case(
+            "oscillator",
+            "forced damped oscillator, Tsit5 + PID, 100 save points, "
             "forcing interpolated from 16 knots; inputs theta (2), knots (16)",
-            fn=squared_error_loss(oscillator_trajectory, osc_data, "oscillator_loss"),
-            values=(osc_theta * 1.1, osc_knots + 0.1),
-            input_names=("theta", "knots"),
-            tasks=(VALUE, VALUE_GRAD, GRAD),
+            oscillator_trajectory,
+            (np.array([1.3, 0.1]), 0.5 * np.sin(OSC_KNOT_TIMES / 3)),
             unit="us",
-            rtol=1e-6,
-            heavy=True,
         ),
-        Case(
-            name="stiff",
-            description="Robertson kinetics, Kvaerno5 + PID, 100 save points, "
+        ode_case(
+            "stiff",
+            "Robertson kinetics, Kvaerno5 + PID, 100 save points, "
             "slow rate modulated by 16 interpolated knots; inputs theta (3), knots (16)",
-            fn=squared_error_loss(stiff_trajectory, stiff_data, "stiff_loss"),
-            values=(stiff_theta * 1.1, stiff_knots + 0.1),
-            input_names=("theta", "knots"),
-            tasks=(VALUE, VALUE_GRAD, GRAD),
+            stiff_trajectory,
+            (np.ones(3), 0.3 * np.sin(STIFF_KNOT_TIMES / 5)),
             unit="ms",
-            rtol=1e-6,
-            heavy=True,
         ),
     ]
     return {case.name: case for case in cases}

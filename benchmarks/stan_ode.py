@@ -29,7 +29,6 @@ Runs:
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from _processes import ChildFailed, run_python  # noqa: E402
+
+
 RESULTS = HERE / "results"
 STORE = RESULTS / "stan_ode.jsonl"
 REPORT = RESULTS / "stan_ode.md"
@@ -360,15 +364,13 @@ def main(argv=None) -> None:
         return
     if not args.report:
         for name in RUNS:
-            try:
-                subprocess.run(
-                    [sys.executable, __file__, "--run", name],
-                    check=True,
-                    timeout=args.timeout,
+            try:  # its output shows here; it stores its own record
+                run_python(
+                    [__file__, "--run", name], timeout=args.timeout, capture=False
                 )
-            except (subprocess.SubprocessError, OSError) as error:
+            except (ChildFailed, OSError) as error:
                 record = {"name": name, "when": time.strftime("%Y-%m-%d %H:%M UTC")}
-                record["result"] = {"error": type(error).__name__}
+                record["result"] = {"error": str(error).splitlines()[-1]}
                 with STORE.open("a") as file:
                     file.write(json.dumps(record) + "\n")
     REPORT.write_text(report())

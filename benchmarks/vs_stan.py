@@ -53,15 +53,10 @@ resumes), and the tables are written to ``benchmarks/results/vs_stan.md``
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
-import math
-import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,7 +66,13 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT / "examples")]
 
 from _boarding_school_report import Reference, agrees  # noqa: E402
-from _timing import machine_header, markdown_table  # noqa: E402
+from _processes import ChildFailed, cache_env, run_python  # noqa: E402
+from _timing import (  # noqa: E402
+    machine_header,
+    markdown_table,
+    median,
+    package_versions,
+)
 
 
 CHILD = HERE / "_vs_stan_child.py"
@@ -140,15 +141,8 @@ def run_child(
     draws: int | None = None,
 ) -> dict:
     """Run one route in a fresh process with its caches in ``cache``; never raise."""
-    env = {
-        **os.environ,
-        "PYTENSOR_FLAGS": f"base_compiledir={cache / 'pytensor'}",
-        "NUMBA_CACHE_DIR": str(cache / "numba"),
-        "XDG_CACHE_HOME": str(cache / "xdg"),
-    }
     command = [
-        sys.executable,
-        str(CHILD),
+        CHILD,
         route,
         f"--max-steps={max_steps or DIFFRAX_DEFAULT}",
         f"--draws={draws or settings.draws}",
@@ -156,27 +150,16 @@ def run_child(
         f"--chains={settings.chains}",
         f"--seed={settings.seed}",
     ]
-    spawned_at = time.time()
-    start = time.perf_counter()
     try:
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=settings.timeout,
-            env=env,
-            cwd=cache,
+        done = run_python(
+            command, env=cache_env(cache), cwd=cache, timeout=settings.timeout
         )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {settings.timeout:.0f} s"}
-    process = time.perf_counter() - start
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines or not lines[-1].startswith("{"):
-        return {"error": done.stderr.strip()[-2000:] or f"exit {done.returncode}"}
-    result = json.loads(lines[-1])
-    result["phases"]["startup"] = result.pop("started_at") - spawned_at
-    result["phases"]["whole"] = result["phases"]["startup"] + result["phases"]["fit"]
-    result["phases"]["process"] = process
+    except ChildFailed as error:
+        return {"error": str(error)}
+    result, phases = done.result, done.result["phases"]
+    phases["startup"] = result.pop("started_at") - done.started_at
+    phases["whole"] = phases["startup"] + phases["fit"]
+    phases["process"] = done.seconds
     return result
 
 
@@ -291,8 +274,7 @@ def runs_of(store: dict, route: str, max_steps: int) -> tuple[dict | None, list[
 
 
 def median_phase(runs: list[dict], phase: str) -> float:
-    values = [r["phases"][phase] for r in runs if "phases" in r]
-    return statistics.median(values) if values else math.nan
+    return median([r["phases"][phase] for r in runs if "phases" in r])
 
 
 def report(store: dict, settings: argparse.Namespace) -> str:
@@ -546,22 +528,8 @@ def posterior_cells(run: dict) -> list[str]:
 
 
 def versions() -> dict[str, str]:
-    names = [
-        "pymc",
-        "pytensor",
-        "jax",
-        "diffrax",
-        "nutpie",
-        "numpyro",
-        "pystan",
-        "httpstan",
-    ]
-    found = {}
-    for name in names:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = "not installed"
+    names = ["pymc", "pytensor", "jax", "diffrax", "nutpie", "numpyro", "pystan"]
+    found = package_versions({name: name for name in [*names, "httpstan"]})
     try:
         compiler = subprocess.run(["g++", "--version"], capture_output=True, text=True)
         found["g++"] = compiler.stdout.split("\n")[0].split()[-1]
