@@ -43,13 +43,17 @@ __all__ = [
 ]
 
 
-def digest(text: str) -> str:
-    """A short hex digest of ``text``.
+def digest(data: str | bytes) -> str:
+    """A short hex digest of ``data`` (text as UTF-8): SHA-256's first 128 bits.
 
     >>> digest("abc")
     'ba7816bf8f01cfea414140de5dae2223'
+    >>> digest(b"abc") == digest("abc")
+    True
     """
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    if isinstance(data, str):
+        data = data.encode()
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 class Undescribable(Exception):
@@ -395,8 +399,8 @@ class _Describer:
             return f"{self(type(value))}({self.ndarray(np.asarray(value))}{state})"
         if value.dtype.hasobject:
             return f"array(object, {value.shape}, {self(value.tolist())})"
-        content = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
-        return f"array({self.dtype(value.dtype)}, {value.shape}, {content[:32]})"
+        content = digest(value.tobytes())  # in C order, whatever the layout
+        return f"array({self.dtype(value.dtype)}, {value.shape}, {content})"
 
     def scalar(self, value: np.generic) -> str:
         if value.dtype.hasobject:
