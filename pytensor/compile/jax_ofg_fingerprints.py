@@ -703,12 +703,9 @@ class _Describer:
             kind = module_kind(wrapped.__globals__.get("__name__"))
             if kind[0] != "user" and "<locals>" not in wrapped.__qualname__:
                 return f"jit({self(wrapped)})"  # a library's own jitted function
-        try:  # JAX's private JitInfo: its options, without source locations
-            options = info._replace(fun_sourceinfo=None, fun_signature=None)
-        except Exception as error:
-            raise Undescribable(
-                f"the options of a jax.jit function ({error})"
-            ) from error
+        options = compat.jit_options(info)
+        if options is None:
+            raise Undescribable("the options of a jax.jit function cannot be read")
         return f"jit({self(wrapped)}, {self(options)})"
 
     def pytree_node(self, value: Any) -> str | None:
