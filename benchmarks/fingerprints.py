@@ -3,7 +3,7 @@
 Run: ``python benchmarks/fingerprints.py`` in the project's environment.
 Prints the first call in this process (module classification, distribution
 metadata, code objects), then the best of 5 runs of 200 calls each, for
-``fingerprint(op)``, ``stable_key(op)``, ``environment_fingerprint()`` and a
+``fingerprint(op)``, ``environment_fingerprint()`` and a
 solve function holding diffrax objects and an array in its closure.
 """
 
@@ -16,11 +16,7 @@ from _timing import best_ms
 
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg_environment import environment_fingerprint
-from pytensor.compile.jax_ofg_fingerprints import (
-    describe,
-    fingerprint,
-    stable_key,
-)
+from pytensor.compile.jax_ofg_fingerprints import describe, fingerprint
 
 
 def closure_solve():
@@ -65,7 +61,6 @@ def main() -> None:
         f"first environment_fingerprint() (starts the backend): {first_environment:.2f} ms"
     )
     print(f"fingerprint(op):          {best_ms(lambda: fingerprint(op)):.3f} ms")
-    print(f"stable_key(op):           {best_ms(lambda: stable_key(op)):.3f} ms")
     print(f"environment_fingerprint(): {best_ms(environment_fingerprint):.3f} ms")
     solve = closure_solve()
     print(

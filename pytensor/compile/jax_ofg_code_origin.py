@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 
-__all__ = ["PROJECT_MODULE", "Kind", "import_kind", "module_kind", "pinned_release"]
+__all__ = [
+    "PROJECT_MODULE",
+    "Kind",
+    "import_kind",
+    "is_inside",
+    "module_kind",
+    "pinned_release",
+]
 
 #: Where a module's code comes from: ``("stdlib", "")``, ``("project", "")``,
 #: ``("library", "dist==version")`` or ``("user", "")``.
@@ -92,7 +99,7 @@ def _classify(name: str, module: Any, file: str | None) -> Kind:
     if top == "__main__":
         return USER
     if top in sys.stdlib_module_names or top in sys.builtin_module_names:
-        if file is None or _under(file, _stdlib_dirs()):
+        if file is None or is_inside(file, _stdlib_dirs()):
             return STDLIB
         return USER  # a user's module shadowing a stdlib name
     if module is None and top in sys.modules and top != name:
@@ -115,9 +122,14 @@ def _stdlib_dirs() -> tuple[str, ...]:
     return (os.path.dirname(os.__file__), sysconfig.get_path("stdlib"))
 
 
-def _under(file: str, folders: Iterable[str]) -> bool:
-    file = os.path.abspath(file)
-    return any(file.startswith(os.path.join(folder, "")) for folder in folders)
+def is_inside(path: str, folders: Iterable[str]) -> bool:
+    """Whether ``path`` is below one of the absolute ``folders`` (not one of them).
+
+    >>> is_inside("/a/b/c.py", ["/a"]), is_inside("/ab/c.py", ["/a"]), is_inside("/a", ["/a"])
+    (True, False, False)
+    """
+    path = os.path.abspath(path)
+    return any(path.startswith(os.path.join(folder, "")) for folder in folders)
 
 
 def pinned_release(release: str, direct_url: str | None) -> str | None:
@@ -172,7 +184,7 @@ def _owner_candidates(top: str, file: str) -> Iterator[str]:
     a second).
     """
     entries = [
-        e for e in {os.path.abspath(p or ".") for p in sys.path} if _under(file, [e])
+        e for e in {os.path.abspath(p or ".") for p in sys.path} if is_inside(file, [e])
     ]
     yield top
     for entry in sorted(entries):

@@ -40,6 +40,8 @@ ENTRIES: dict[str, str] = {
     "equinox's generated pytree functions (<generated_...>)": "watching traces",
     "nutpie.compile_pymc (_compile_pymc_model_numba, _make_functions, "
     "make_user_data, _prepare_dims_and_coords, CompiledPyMCModel)": "host callbacks",
+    # The fingerprints' use of jax.jit's options.
+    "JitInfo fields fun_sourceinfo, fun_signature": "jit options without locations",
 }
 
 #: The releases the entries were last checked against.
@@ -62,6 +64,19 @@ def jitted_function(value: Any) -> tuple[Callable, Any] | None:
     wrapped = getattr(value, "__wrapped__", None)
     info = getattr(value, "_jit_info", None)
     return None if wrapped is None or info is None else (wrapped, info)
+
+
+def jit_options(info: Any) -> Any:
+    """A ``jax.jit`` function's options (:func:`jitted_function`) without where
+    the function was defined, or None.
+
+    JAX's ``JitInfo`` (a named tuple) also holds the function's source
+    location and signature, which are no options.
+    """
+    try:
+        return info._replace(fun_sourceinfo=None, fun_signature=None)
+    except (AttributeError, TypeError, ValueError):  # the fields moved
+        return None
 
 
 def jax_started() -> bool:

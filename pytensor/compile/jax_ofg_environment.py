@@ -8,7 +8,6 @@ nothing. The guide's developer notes, "The trace cache".
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import platform
 import sys
@@ -19,6 +18,7 @@ import jax
 import numpy as np
 
 from pytensor.compile import jax_ofg_compat as compat
+from pytensor.compile.jax_ofg_code_origin import is_inside
 from pytensor.compile.jax_ofg_fingerprints import digest
 
 
@@ -138,16 +138,19 @@ def _default_backend() -> str:
     return jax.default_backend()
 
 
-_SOURCE_DIGESTS: dict[str, tuple[tuple[int, int], str]] = {}
+_SOURCE_DIGESTS: dict[str, tuple[tuple[int, ...], str]] = {}
 
 
 def _file_digest(path: str) -> str:
+    """The :func:`digest` of a file's content, read again when its stat changes."""
     stat = os.stat(path)
-    signature = (stat.st_mtime_ns, stat.st_size)
+    # The inode and change time too: a file replaced or edited within the
+    # modification time's resolution keeps its size and modification time.
+    signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
     cached = _SOURCE_DIGESTS.get(path)
     if cached is not None and cached[0] == signature:
         return cached[1]
-    text = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:32]
+    text = digest(Path(path).read_bytes())
     _SOURCE_DIGESTS[path] = (signature, text)
     return text
 
@@ -214,9 +217,8 @@ def _outside_packages(entries: Iterable[str]) -> list[str]:
 
     def in_a_package(entry: str) -> bool:
         for other in distinct:
-            inner = os.path.relpath(entry, other)
-            if entry != other and not inner.startswith(os.pardir):
-                top = inner.split(os.sep)[0]
+            if is_inside(entry, [other]):
+                top = os.path.relpath(entry, other).split(os.sep)[0]
                 if os.path.isfile(os.path.join(other, top, "__init__.py")):
                     return True
         return False
@@ -311,8 +313,7 @@ def environment_fingerprint() -> str:
     default backend platform; and the environment variables JAX, XLA and
     equinox read (``JAX_*``, ``XLA_FLAGS``, ``EQX_*``). Versions, the
     installed distributions, variables and the backend are read once;
-    options, flags and source files (by size and modification time) at
-    every call.
+    options, flags and source files (when their stat changed) at every call.
 
     >>> environment_fingerprint() == environment_fingerprint()
     True

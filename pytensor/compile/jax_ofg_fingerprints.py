@@ -1,9 +1,8 @@
 """Content keys for traced JAX programs: everything a trace depends on, or nothing.
 
 :func:`fingerprint` describes a value by all it depends on, or returns None
-(then nothing is cached); :func:`stable_key` is its forgiving mode, for
-Numba's cache keys. Registers nothing. What is described, over-approximated
-and not seen: the guide's developer notes, "The trace cache".
+(then nothing is cached). Registers nothing. What is described,
+over-approximated and not seen: the guide's developer notes, "The trace cache".
 """
 
 from __future__ import annotations
@@ -16,12 +15,11 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import itertools
-import re
 import sys
 import types
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import numpy as np
@@ -42,17 +40,20 @@ __all__ = [
     "digest",
     "fingerprint",
     "fingerprint_or_raise",
-    "stable_key",
 ]
 
 
-def digest(text: str) -> str:
-    """A short hex digest of ``text``.
+def digest(data: str | bytes) -> str:
+    """A short hex digest of ``data`` (text as UTF-8): SHA-256's first 128 bits.
 
     >>> digest("abc")
     'ba7816bf8f01cfea414140de5dae2223'
+    >>> digest(b"abc") == digest("abc")
+    True
     """
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    if isinstance(data, str):
+        data = data.encode()
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 class Undescribable(Exception):
@@ -72,20 +73,19 @@ def fingerprint(value: Any) -> str | None:
     >>> fingerprint(threading.Lock()) is None
     True
     """
-    text = describe(value, strict=True)
+    text = describe(value)
     return None if text is None else digest(text)
 
 
 def fingerprint_or_raise(value: Any) -> str:
     """As :func:`fingerprint`; raises :class:`Undescribable` with the reason."""
-    return digest(describe_or_raise(value, strict=True))
+    return digest(describe_or_raise(value))
 
 
-def describe(value: Any, strict: bool = True) -> str | None:
-    """The readable description behind :func:`fingerprint` and :func:`stable_key`.
+def describe(value: Any) -> str | None:
+    """The readable description behind :func:`fingerprint`.
 
-    With ``strict``, None when some part of ``value`` cannot be described
-    faithfully; without, a best-effort description that is never None.
+    None when some part of ``value`` cannot be described faithfully.
 
     >>> describe((1, 1.0, True, None, "a"))
     "(1, 0x1.0000000000000p+0, True, None, 'a')"
@@ -94,17 +94,15 @@ def describe(value: Any, strict: bool = True) -> str | None:
     >>> import threading
     >>> describe(threading.Lock()) is None
     True
-    >>> describe(threading.Lock(), strict=False)
-    '_thread.lock:<unlocked _thread.lock object>'
     """
     try:
-        return describe_or_raise(value, strict)
+        return describe_or_raise(value)
     except Undescribable:
         return None
 
 
-def describe_or_raise(value: Any, strict: bool = True) -> str:
-    """As :func:`describe`; in strict mode, raises :class:`Undescribable` with the reason.
+def describe_or_raise(value: Any) -> str:
+    """As :func:`describe`; raises :class:`Undescribable` with the reason.
 
     Any error while describing counts as undescribable: a description is
     never made weaker by leaving out what failed.
@@ -115,12 +113,10 @@ def describe_or_raise(value: Any, strict: bool = True) -> str:
     ...
     pytensor.compile.jax_ofg_fingerprints.Undescribable: an object with opaque state: lock
     """
-    return describe_with_code(value, strict)[0]
+    return describe_with_code(value)[0]
 
 
-def describe_with_code(
-    value: Any, strict: bool = True
-) -> tuple[str, frozenset[types.CodeType]]:
+def describe_with_code(value: Any) -> tuple[str, frozenset[types.CodeType]]:
     """:func:`describe_or_raise`, and the user code the description covers.
 
     The code objects of every user function described, nested ones
@@ -134,38 +130,17 @@ def describe_with_code(
     >>> scale.__code__ in codes, len(codes)
     (True, 2)
     """
-    describer = _Describer(strict)
+    describer = _Describer()
     try:
         return describer(value), frozenset(describer.codes)
     except Undescribable:
         raise
     except RecursionError:  # a structure too deep to describe
-        if strict:
-            raise Undescribable("a structure too deep to describe") from None
-        return f"{_qualified(type(value))}:<too deep>"
+        raise Undescribable("a structure too deep to describe") from None
     except Exception as error:
-        if strict:
-            raise Undescribable(
-                f"describing it raised {type(error).__name__}: {error}"
-            ) from error
-        return f"{_qualified(type(value))}:<{type(error).__name__}>"
-
-
-def stable_key(value: Any) -> str:
-    """A description of ``value`` that equal values share in every process.
-
-    Best effort (:func:`describe` with ``strict=False``): a value that cannot
-    be described faithfully is described by type and ``repr`` without
-    addresses, which only costs a cache miss where a registry disambiguates
-    (the Numba dispatch). A value met again while it is described (a recursive
-    function holding itself) is named by its position, not described again.
-
-    >>> stable_key((1, 2.5, "a", None))
-    "(1, 0x1.4000000000000p+1, 'a', None)"
-    >>> stable_key(np.zeros(2)) == stable_key(np.zeros(2))
-    True
-    """
-    return describe(value, strict=False)
+        raise Undescribable(
+            f"describing it raised {type(error).__name__}: {error}"
+        ) from error
 
 
 # --------------------------------------------------------------------- code
@@ -293,7 +268,6 @@ _CLASS_MACHINERY = frozenset(
         "__dataclass_fields__",
     }
 )
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 _ATOMS: dict[type, Callable[[Any], str]] = {
@@ -340,10 +314,9 @@ class _Describer:
     itself) is a back-reference, ``@depth``, to that enclosing description.
     """
 
-    __slots__ = ("active", "codes", "done", "keep", "modules", "strict")
+    __slots__ = ("active", "codes", "done", "keep", "modules")
 
-    def __init__(self, strict: bool):
-        self.strict = strict
+    def __init__(self):
         #: the user code described: what a trace of the value may run
         self.codes: set[types.CodeType] = set()
         #: ids of the values being described, by depth
@@ -384,14 +357,8 @@ class _Describer:
             self.keep.append(value)
         return text
 
-    def fail(self, value: Any, why: str) -> str:
-        if self.strict:
-            raise Undescribable(f"{why}: {type(value).__qualname__}")
-        try:
-            text = repr(value)
-        except Exception:
-            text = "?"
-        return f"{_qualified(type(value))}:{_ADDRESS.sub('', text)}"
+    def fail(self, value: Any, why: str) -> NoReturn:
+        raise Undescribable(f"{why}: {type(value).__qualname__}")
 
     def items(self, values: Iterable[Any]) -> str:
         return ", ".join(self(v) for v in values)
@@ -432,8 +399,8 @@ class _Describer:
             return f"{self(type(value))}({self.ndarray(np.asarray(value))}{state})"
         if value.dtype.hasobject:
             return f"array(object, {value.shape}, {self(value.tolist())})"
-        content = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
-        return f"array({self.dtype(value.dtype)}, {value.shape}, {content[:32]})"
+        content = digest(value.tobytes())  # in C order, whatever the layout
+        return f"array({self.dtype(value.dtype)}, {value.shape}, {content})"
 
     def scalar(self, value: np.generic) -> str:
         if value.dtype.hasobject:
@@ -736,12 +703,9 @@ class _Describer:
             kind = module_kind(wrapped.__globals__.get("__name__"))
             if kind[0] != "user" and "<locals>" not in wrapped.__qualname__:
                 return f"jit({self(wrapped)})"  # a library's own jitted function
-        try:  # JAX's private JitInfo: its options, without source locations
-            options = info._replace(fun_sourceinfo=None, fun_signature=None)
-        except Exception as error:
-            raise Undescribable(
-                f"the options of a jax.jit function ({error})"
-            ) from error
+        options = compat.jit_options(info)
+        if options is None:
+            raise Undescribable("the options of a jax.jit function cannot be read")
         return f"jit({self(wrapped)}, {self(options)})"
 
     def pytree_node(self, value: Any) -> str | None:

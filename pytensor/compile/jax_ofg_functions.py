@@ -8,7 +8,6 @@ nothing. The guide's developer notes, "From a call to an op".
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import inspect
 from collections.abc import Callable, Hashable, Sequence
@@ -18,6 +17,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from pytensor.compile.jax_ofg_fingerprints import digest
 
 
 ArrayTuple = tuple[Any, ...]
@@ -65,8 +66,7 @@ def static_key(value: Any) -> Hashable:
     """
     if _is_array(value):
         array = np.asarray(value)
-        digest = hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
-        return ("array", array.dtype.str, array.shape, digest)
+        return ("array", array.dtype.str, array.shape, digest(array.tobytes()))
     if isinstance(value, float):
         return (float, value.hex())
     try:

@@ -159,7 +159,7 @@ def unproven_traces() -> Iterator[list[str]]:
 def key_of(kind: str, parts: Any) -> tuple[str, frozenset]:
     """The key of a ``kind`` entry for what ``parts`` describe, and the user code
     the key covers; raises Undescribable."""
-    text, codes = describe_with_code(parts, strict=True)
+    text, codes = describe_with_code(parts)
     return digest(f"{FORMAT}|{kind}|{text}|{environment_fingerprint()}"), codes
 
 

@@ -8,6 +8,7 @@ measured by ``benchmarks/cold_start.py``, not asserted.
 
 import json
 import textwrap
+import threading
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -80,6 +81,22 @@ def run(code: str, compiledir: Path, *, env: dict | None = None, cwd=None):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+#: A function with no content key (it reads a lock): its ops' Numba keys come
+#: from their type and output types.
+UNDESCRIBABLE_MODULE = """
+import threading
+import jax.numpy as jnp
+from pytensor.compile.jax_ofg import as_jax_op
+
+LOCK = threading.Lock()
+
+@as_jax_op
+def path(x):
+    with LOCK:
+        return jnp.cumsum(jnp.sin(x)) * 2.0
+"""
+
+
 def write_module(folder: Path, factor: float) -> None:
     (folder / "cold_model.py").write_text(textwrap.dedent(MODULE.format(factor=factor)))
 
@@ -110,6 +127,20 @@ def test_a_new_process_is_served_from_both_caches(tmp_path):
         np.testing.assert_allclose(result["value"], value, rtol=1e-12)
         np.testing.assert_allclose(result["path"], path, rtol=1e-12)
     assert first["gradient"] == second["gradient"]
+
+
+def test_a_new_process_is_served_from_numbas_cache_without_a_content_key(tmp_path):
+    (tmp_path / "locked_model.py").write_text(textwrap.dedent(UNDESCRIBABLE_MODULE))
+    code = GRAPHS.format(module="locked_model")
+    first = run(code, tmp_path / "cache", cwd=tmp_path)
+    second = run(code, tmp_path / "cache", cwd=tmp_path)
+    assert first["numba_misses"] >= 1
+    assert second["numba_hits"] >= 1 and second["numba_misses"] == 0
+    assert second["lone_numba_hits"] >= 1
+    value, path = expected(2.0)
+    for result in (first, second):
+        np.testing.assert_allclose(result["value"], value, rtol=1e-12)
+        np.testing.assert_allclose(result["path"], path, rtol=1e-12)
 
 
 def test_an_edited_function_gives_the_new_result(tmp_path):
@@ -183,10 +214,18 @@ def scaled_by(factor):
 
 
 class Factor:
-    """No stable description: its repr shows an address, which keys drop."""
+    """A user's object: described by its attributes (its repr shows an address)."""
 
     def __init__(self, value):
         self.value = value
+
+
+class LockedFactor(Factor):
+    """No content key at all: it holds a lock."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self.lock = threading.Lock()
 
 
 def scaled_by_object(factor: Factor):
@@ -213,6 +252,19 @@ def test_two_closures_of_one_name_never_share_a_registry_key():
         np.testing.assert_allclose(f2(xv), 2.0 * np.sin(xv))
         np.testing.assert_allclose(f3(xv), 3.0 * np.sin(xv))
         np.testing.assert_allclose(f2(xv), 2.0 * np.sin(xv))  # still its own
+
+
+def test_ops_without_a_content_key_are_told_apart_by_the_suffix():
+    x = pt.vector("x", shape=(3,))
+    xv = np.array([0.1, 0.2, 0.3])
+    f2 = pytensor.function([x], scaled_by_object(LockedFactor(2.0))(x), mode="NUMBA")
+    f3 = pytensor.function([x], scaled_by_object(LockedFactor(3.0))(x), mode="NUMBA")
+    key2, key3 = numba_key_of(f2), numba_key_of(f3)
+    assert key2 != key3
+    assert key2.rsplit("_", 1)[0] == key3.rsplit("_", 1)[0]  # by type and types
+    np.testing.assert_allclose(f2(xv), 2.0 * np.sin(xv))
+    np.testing.assert_allclose(f3(xv), 3.0 * np.sin(xv))
+    np.testing.assert_allclose(f2(xv), 2.0 * np.sin(xv))
 
 
 def sines_of(depth):

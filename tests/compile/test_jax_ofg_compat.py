@@ -306,6 +306,25 @@ def _check_nutpie_numba_api() -> None:
     )
 
 
+def _check_jit_options() -> None:
+    def f(x):
+        return x
+
+    def g(x):
+        return x
+
+    infos = [compat.jitted_function(jax.jit(h, static_argnums=0))[1] for h in (f, g)]
+    options = [compat.jit_options(info) for info in infos]
+    _require(
+        tuple(infos[0]) != tuple(infos[1])
+        and None not in options
+        and tuple(options[0]) == tuple(options[1])
+        and options[0].static_argnums == (0,),
+        "JitInfo fields fun_sourceinfo, fun_signature",
+        "no longer hold all that differs between functions jitted alike",
+    )
+
+
 #: The check of each entry of ``jax_ofg_compat.ENTRIES``.
 CHECKS = {
     "jax._src.tree_util._registry": _check_pytree_registry,
@@ -327,6 +346,8 @@ CHECKS = {
     "equinox's generated pytree functions (<generated_...>)": _check_equinox_generated_files,
     "nutpie.compile_pymc (_compile_pymc_model_numba, _make_functions, "
     "make_user_data, _prepare_dims_and_coords, CompiledPyMCModel)": _check_nutpie_numba_api,
+    # The fingerprints' use of jax.jit's options.
+    "JitInfo fields fun_sourceinfo, fun_signature": _check_jit_options,
 }
 
 
@@ -346,6 +367,7 @@ PRIVATE_USE = re.compile(
     r"|construct_nominal_fgraph|reachability import|_vectorize_node\.register"
     r"|_as_tensor_variable\.register|equinox\.internal|type\(os\.environ\)"
     r"|\.create_jitable_thunk =|\.jit_compile ="
+    r"|fun_sourceinfo|fun_signature"
 )
 
 

@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile.jax_ofg_fingerprints import digest, stable_key
+from pytensor.compile.jax_ofg_fingerprints import describe, digest
 from pytensor.compile.jax_ofg_host_op import (
     JaxHostOp,
     input_cells,
@@ -64,12 +64,22 @@ def register(op: JaxHostOp, writable: tuple[bool, ...], host: Callable) -> str:
     The entry lives while one of its hosts does: the registry keeps no op of a
     garbage-collected function alive.
 
-    The key is derived from :func:`~pytensor.compile.jax_ofg_fingerprints.stable_key`,
-    so the same op gets it in every process; a different op that happens to
-    describe the same gets the next free suffix. ``host`` is held weakly: the
-    compiled function holds it (see :func:`numba_funcify_JaxHostOp`).
+    Equal ops get the same key in every process: the compiled body's source
+    holds it, so that is what lets Numba's on-disk cache serve the body in the
+    next process. The key starts from the op's description
+    (:func:`~pytensor.compile.jax_ofg_fingerprints.describe`) or, for an op
+    that cannot be described, from its type and output types; ops that start
+    alike but differ get the next free suffix, in the order they are compiled.
+    A cached body is right for whichever op its key names in this process:
+    it only calls that op's host function, and besides its source and input
+    types (in Numba's cache key) it depends only on the output dtypes, which
+    both starts hold. ``host`` is held weakly: the compiled function holds it
+    (see :func:`numba_funcify_JaxHostOp`).
     """
-    base = digest(f"{stable_key(op)}|{writable}")
+    text = describe(op)
+    if text is None:  # a lock in a closure, say: no content key, a stable one
+        text = f"{type(op).__qualname__}{[str(t) for t in op.output_types]}"
+    base = digest(f"{text}|{writable}")
     with _LOCK:
         for suffix in itertools.count():
             key = f"{base}_{suffix}"
