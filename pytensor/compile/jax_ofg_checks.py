@@ -106,7 +106,7 @@ class _Rewriter:
                 flag = _either(flag, failed)
             else:
                 params = equation.primitive.get_bind_params(equation.params)
-                with equation.ctx.manager:
+                with compat.equation_context(equation):
                     outputs = equation.primitive.bind(*inputs, **params)
                 if not equation.primitive.multiple_results:
                     outputs = [outputs]
@@ -139,20 +139,15 @@ class _Rewriter:
             what = getattr(function, "__qualname__", None) or name
             raise NotFlaggable(f"a host callback ({name} of {what})")
         if name == "cond":
-            index, *operands = inputs
-            branches = [self.flagged(b) for b in params["branches"]]
-            return lax.switch(index, branches, *operands)
+            branches, index, operands = compat.cond_parts(params, inputs)
+            return lax.switch(index, [self.flagged(b) for b in branches], *operands)
         if name == "while":
             return self._while(params, inputs)
         if name == "scan":
             return self._scan(params, inputs)
         if name == "custom_linear_solve":
-            lengths = params["const_lengths"]
-            start = lengths.matvec + lengths.vecmat
-            solve_consts = inputs[start : start + lengths.solve]
-            return self.run(
-                params["jaxprs"].solve, *solve_consts, *inputs[sum(lengths) :]
-            )
+            solve, arguments = compat.linear_solve_parts(params, inputs)
+            return self.run(solve, *arguments)
         # Calls, and custom derivatives (a traced program is not differentiated
         # again): what they call.
         for key in ("jaxpr", "call_jaxpr"):
@@ -164,22 +159,19 @@ class _Rewriter:
         raise NotFlaggable(f"a host callback inside {name}")
 
     def _while(self, params: dict, inputs: list) -> tuple[list, Any]:
-        cond_jaxpr, body_jaxpr = params["cond_jaxpr"], params["body_jaxpr"]
-        if self.holds(cond_jaxpr):
+        loop = compat.while_parts(params, inputs)
+        if self.holds(loop.cond_jaxpr):
             raise NotFlaggable("a host callback in a while loop's condition")
-        n_cond, n_body = params["cond_nconsts"], params["body_nconsts"]
-        cond_consts = inputs[:n_cond]
-        body_consts = inputs[n_cond : n_cond + n_body]
-        carry = inputs[n_cond + n_body :]
 
         def cond(state):
-            return jax_core.jaxpr_as_fun(cond_jaxpr)(*cond_consts, *state[0])[0]
+            condition = jax_core.jaxpr_as_fun(loop.cond_jaxpr)
+            return condition(*loop.cond_consts, *state[0])[0]
 
         def body(state):
-            outputs, flag = self.run(body_jaxpr, *body_consts, *state[0])
+            outputs, flag = self.run(loop.body_jaxpr, *loop.body_consts, *state[0])
             return outputs, _either(state[1], flag)
 
-        return lax.while_loop(cond, body, (list(carry), _false()))
+        return lax.while_loop(cond, body, (list(loop.carry), _false()))
 
     def _scan(self, params: dict, inputs: list) -> tuple[list, Any]:
         n_consts, n_carry = compat.scan_counts(params)

@@ -34,6 +34,10 @@ ENTRIES: dict[str, str] = {
     "pytensor (_vectorize_node, _as_tensor_variable)": "vmap; SymbolicCallable",
     "NumbaLinker.create_jitable_thunk": "running a one-island graph directly",
     "JAXLinker.jit_compile": "the JAX linker's fork guard and error names",
+    "Op._props() (made by PyTensor's MetaType)": "op identity (hash, op memo)",
+    "optdb's jax_* rewrites (PYTENSOR_JAX_REWRITES)": "JaxIsland's JAX lowering",
+    "params of cond, while, custom_linear_solve": "equinox checks in control flow",
+    "JaxprEqn.ctx.manager": "binding the equations of a flagged program again",
     "pymc: _initialize_multiprocessing_context and its callers' `model`": "mp_ctx",
     "importlib._bootstrap._find_and_load": "imports while a trace is watched",
     "pytensor.configparser (ConfigParam.__get__, _config_var_dict)": "flags in keys",
@@ -197,6 +201,96 @@ def patch_method(cls: type, name: str, marker: str, wrap: Callable) -> bool:
         setattr(patched, marker, True)
         setattr(cls, name, patched)
     return True
+
+
+def op_props(op: Any) -> tuple:
+    """An op's identity: the values of its ``__props__`` (``Op._props()``).
+
+    PyTensor's ``MetaType`` makes ``_props`` from ``__props__``, as it makes
+    the op's ``__eq__`` and ``__hash__`` from the same values.
+    """
+    return op._props()
+
+
+#: PyTensor's own rewrites preparing a graph for its JAX lowering, by name in
+#: ``optdb`` (under the "jax" tag, which only ``mode="JAX"`` includes): shape
+#: arguments as static tuples, boolean indexing JAX can trace.
+PYTENSOR_JAX_REWRITES = (
+    "jax_shape_parameter_as_tuple",
+    "jax_boolean_indexing_set_or_inc",
+    "jax_boolean_indexing_sum",
+)
+
+
+def prepare_for_jax_lowering(fgraph: Any) -> None:
+    """Apply :data:`PYTENSOR_JAX_REWRITES` to ``fgraph``, in place."""
+    from pytensor.compile.mode import optdb
+
+    for name in PYTENSOR_JAX_REWRITES:
+        optdb[name].rewrite(fgraph)
+
+
+# -------------------------------------------------------------- JAX equations
+# The parameters of JAX's control-flow primitives, and how their equations
+# lay out their inputs. When JAX changed them they raise (``KeyError``,
+# ``AttributeError``), as :func:`scan_counts` does: the program is then not
+# exported.
+def cond_parts(params: dict, inputs: list) -> tuple[list, Any, list]:
+    """``(branches, index, operands)`` of a ``cond`` equation's ``params`` and ``inputs``.
+
+    The branches are closed jaxprs, in the order of the (integer) index that
+    comes first in the inputs.
+    """
+    index, *operands = inputs
+    return list(params["branches"]), index, operands
+
+
+@dataclasses.dataclass(frozen=True)
+class WhileParts:
+    """A ``while`` equation's jaxprs, and its inputs split as the loop takes them."""
+
+    cond_jaxpr: Any
+    body_jaxpr: Any
+    cond_consts: list
+    body_consts: list
+    carry: list
+
+
+def while_parts(params: dict, inputs: list) -> WhileParts:
+    """The parts of a ``while`` equation, from its ``params`` and ``inputs``.
+
+    Its inputs are the condition's constants, the body's, then the carry.
+    """
+    n_cond, n_body = params["cond_nconsts"], params["body_nconsts"]
+    return WhileParts(
+        params["cond_jaxpr"],
+        params["body_jaxpr"],
+        inputs[:n_cond],
+        inputs[n_cond : n_cond + n_body],
+        inputs[n_cond + n_body :],
+    )
+
+
+def linear_solve_parts(params: dict, inputs: list) -> tuple[Any, list]:
+    """The ``solve`` jaxpr of a ``custom_linear_solve`` equation, and its arguments.
+
+    The equation's inputs are the constants of ``matvec``, ``vecmat``,
+    ``solve`` and ``transpose_solve`` (``const_lengths``), then the right-hand
+    side; ``solve`` takes its constants and the right-hand side.
+    """
+    lengths = params["const_lengths"]
+    start = lengths.matvec + lengths.vecmat
+    rhs = inputs[sum(lengths) :]
+    return params["jaxprs"].solve, [*inputs[start : start + lengths.solve], *rhs]
+
+
+def equation_context(equation: Any) -> Any:
+    """The context manager to bind ``equation`` again in (``equation.ctx.manager``).
+
+    It restores what JAX recorded with the equation when it was traced: the
+    compute type, XLA metadata, the mesh, threefry partitioning.
+    """
+    return equation.ctx.manager
 
 
 # ----------------------------------------------------------------------- PyMC

@@ -45,15 +45,6 @@ _SPECIALIZATION = optdb.query(
     RewriteDatabaseQuery(include=["canonicalize"], exclude=["inplace"])
 )
 
-#: PyTensor's own preparation of a graph for its JAX lowering (registered
-#: under the "jax" tag, which only ``mode="JAX"`` includes): shape arguments
-#: as static tuples, boolean indexing JAX can trace.
-_JAX_LOWERING_REWRITES = (
-    "jax_shape_parameter_as_tuple",
-    "jax_boolean_indexing_set_or_inc",
-    "jax_boolean_indexing_sum",
-)
-
 
 class JaxIslandFallbackWarning(UserWarning):
     """An island could not be traced by JAX and runs through PyTensor instead."""
@@ -86,8 +77,7 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
         static_inputs: Sequence[int] = (),
     ):
         inner = compat.nominal_fgraph(list(inputs), list(outputs))
-        for name in _JAX_LOWERING_REWRITES:
-            optdb[name].rewrite(inner)
+        compat.prepare_for_jax_lowering(inner)
         super().__init__(
             list(inputs), list(outputs), fgraph=inner.freeze(), name="JaxIsland"
         )
@@ -193,8 +183,7 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
         outputs = graph_replace(list(inner.outputs), replace, strict=False)
         specialized = FunctionGraph(inputs, outputs, clone=False)
         _SPECIALIZATION.rewrite(specialized)
-        for name in _JAX_LOWERING_REWRITES:
-            optdb[name].rewrite(specialized)
+        compat.prepare_for_jax_lowering(specialized)
         for node in specialized.toposort():
             if isinstance(node.op, CheckAndRaise):
                 conditions = node.inputs[1:]

@@ -15,6 +15,7 @@ import numpy as np
 
 import pytensor.tensor as pt
 from pytensor import config
+from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile.jax_ofg_functions import InnerFunction, as_tuple_function
 from pytensor.compile.jax_ofg_host_op import JaxHostOp
 from pytensor.compile.jax_ofg_shapes import (
@@ -216,7 +217,7 @@ class OpFromJax(JaxHostOp, Op):
         except AttributeError:
             # As the hash PyTensor derives from __props__ (which defining
             # __hash__ here replaces).
-            self._hash = hash((type(self), self._props()))
+            self._hash = hash((type(self), compat.op_props(self)))
             return self._hash
 
     def __getstate__(self) -> dict:

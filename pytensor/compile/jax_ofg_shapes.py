@@ -24,12 +24,15 @@ from pytensor.tensor.type import TensorType
 
 
 if TYPE_CHECKING:
-    from pytensor.compile.jax_ofg_dims import InputDims
+    from pytensor.compile.jax_ofg_dims import InputDims, Position
 
 
 #: The stand-in sizes of step 3: a small one (to tell ``min(n, k)`` from
 #: ``k``), and two with many divisors (so reshapes into groups still trace).
 STAND_IN_SIZES = (3, 12, 60)
+
+# The label of the trace at the current lengths, in error messages.
+_CURRENT = "the current lengths"
 
 OutputDims = tuple[tuple[int | str | None, ...], ...]
 
@@ -88,6 +91,52 @@ def symbolic_shapes(
 def stand_in_shapes(shapes: Sequence[tuple], size: int) -> list[tuple]:
     """The shapes with every unknown (None) dim set to ``size``."""
     return [tuple(size if d is None else d for d in shape) for shape in shapes]
+
+
+def _at_lengths(
+    shapes: Sequence[tuple],
+    lengths: Mapping[Position, int],
+    same_as: Sequence[tuple] | None = None,
+) -> list[tuple]:
+    """The shapes with each unknown dim set to its length in ``lengths``, if any.
+
+    ``lengths`` is keyed by the position of each dim's representative (see
+    ``same_as`` in :func:`symbolic_shapes`); the other unknown dims stay None.
+    """
+    return [
+        tuple(
+            lengths.get(same_as[i][j] if same_as else (i, j), d) if d is None else d
+            for j, d in enumerate(shape)
+        )
+        for i, shape in enumerate(shapes)
+    ]
+
+
+def fallback_shapes(
+    shapes: Sequence[tuple],
+    current: Mapping[Position, int],
+    same_as: Sequence[tuple] | None = None,
+) -> list[tuple[str, list[tuple]]]:
+    """The input shapes to trace with when the symbolic trace fails, and their labels.
+
+    In order: the ``current`` lengths (by representative position; the
+    unknown dims without one stay symbolic), then each of
+    :data:`STAND_IN_SIZES`. Empty when no dim is unknown.
+
+    >>> fallback_shapes([(None, 2)], {(0, 0): 5})[:2]
+    [('the current lengths', [(5, 2)]), ('stand-in size 3', [(3, 2)])]
+    """
+    if not any(None in shape for shape in shapes):
+        return []
+    shapes_to_try = []
+    if current:
+        at_current = _at_lengths(shapes, current, same_as)
+        shapes_to_try.append((_CURRENT, symbolic_shapes(at_current, same_as)))
+    shapes_to_try += [
+        (f"stand-in size {size}", stand_in_shapes(shapes, size))
+        for size in STAND_IN_SIZES
+    ]
+    return shapes_to_try
 
 
 _SYMBOL = re.compile(r"\bs(\d+)_(\d+)\b")
@@ -197,9 +246,6 @@ class TraceResult:
 
 TraceFunction = Callable[..., tuple[list[Any], OutputLayout]]
 
-# The label of the trace at the current lengths, in error messages.
-_CURRENT = "the current lengths"
-
 
 def _eval_shape(
     trace: TraceFunction, shapes: Sequence[tuple], dtypes: Sequence[str]
@@ -289,21 +335,9 @@ def trace_output_types(
 
     # Step 3: the current lengths and stand-in sizes.
     current = dims.current_sizes()
-    attempts = [first]
-    if current:
-        # Unknown dims PyTensor cannot compute stay symbolic.
-        at_current = [
-            tuple(current.get(rep, d) for d, rep in zip(shape, reps))
-            for shape, reps in zip(dims.shapes, dims.same_as)
-        ]
-        attempts.append(
-            _attempt(_CURRENT, trace, symbolic_shapes(at_current, dims.same_as), dtypes)
-        )
-    attempts += [
-        _attempt(
-            f"stand-in size {size}", trace, stand_in_shapes(dims.shapes, size), dtypes
-        )
-        for size in STAND_IN_SIZES
+    attempts = [first] + [
+        _attempt(label, trace, shapes, dtypes)
+        for label, shapes in fallback_shapes(dims.shapes, current, dims.same_as)
     ]
     traced = [a for a in attempts[1:] if a.error is None]
     traced_sizes = {
@@ -316,6 +350,7 @@ def trace_output_types(
         raise _inference_error(attempts, dims, current, describe_call)
     _check_statics_are_size_independent([a.layout for a in traced], describe_call)
     if pinned:  # only the current lengths trace: the function pins them
+        at_current = _at_lengths(dims.shapes, current, dims.same_as)
         output_dims = _checked_at_zero(traced[0].dims, trace, at_current, dtypes)
         return _result(traced[0], _pinned_dims(output_dims, current), traced_sizes)
     output_dims = tuple(
@@ -465,6 +500,15 @@ def _what_to_do(
     )
 
 
+# Output dims are kept as JAX prints them (a string is part of an op's
+# identity, equal across processes), and evaluated here: JAX's public API
+# parses them (``jax.export.symbolic_shape``, whose grammar is the one below)
+# and bounds them (``symbolic_dim_bounds``), but evaluates none for given
+# lengths. Its evaluator (``_DimExpr._evaluate``) is private; parsing with
+# the lengths substituted leaves ``floordiv`` and ``mod`` of constants
+# unevaluated, and the bounds of ``mod`` are not exact. Nor can JAX build a
+# PyTensor graph of one.
+#
 # PyTensor's JAX backend keeps shape arithmetic made of + - * // static (Python
 # ints), but computes maximum, minimum, mod and power with jnp: a shape built
 # from those is traced, and an `Alloc` of it fails under the JAX linker. So
@@ -495,7 +539,7 @@ _BINARY = {
     ast.Mult: operator.mul,
     ast.FloorDiv: operator.floordiv,
     ast.Mod: _mod,
-    ast.BitXor: _power,  # JAX prints squares as ``n^2``
+    ast.BitXor: _power,  # JAX prints and parses powers as ``n^2``
 }
 _CALLS = {
     "max": lambda a, b: b + _clamp_at_zero(a - b),

@@ -24,8 +24,7 @@ from pytensor.compile import jax_ofg_trace_cache as trace_cache
 from pytensor.compile.jax_ofg_functions import ArrayTuple, InnerFunction, static_key
 from pytensor.compile.jax_ofg_packing import DtypePacking, dtype_name
 from pytensor.compile.jax_ofg_shapes import (
-    STAND_IN_SIZES,
-    stand_in_shapes,
+    fallback_shapes,
     symbol_name,
     symbolic_shapes,
 )
@@ -365,26 +364,24 @@ def residual_dtypes(
 ) -> tuple[str, ...]:
     """The dtypes of the residuals of ``vjp``, found by an abstract trace.
 
-    Unknown dims (None) are traced as symbolic dims, else at the lengths the
-    forward op's types were traced with (``traced_sizes``, by symbol), else
-    with stand-in sizes; raises the tracing error when every attempt fails.
-    A later process reads them from the trace cache.
+    Traced with the shapes the forward op's types are found with (symbolic
+    dims, then the lengths it was traced at, ``traced_sizes`` by symbol, then
+    stand-in sizes: :func:`~pytensor.compile.jax_ofg_shapes.fallback_shapes`),
+    up to the first that traces; raises the tracing error when none does. A
+    later process reads them from the trace cache.
     """
     traced_sizes = traced_sizes or {}
 
     def trace() -> tuple[str, ...]:
-        attempts = [symbolic_shapes(input_shapes)]
-        if any(None in shape for shape in input_shapes):
-            if traced_sizes:
-                sized = [
-                    tuple(
-                        traced_sizes.get(symbol_name(i, j)) if d is None else d
-                        for j, d in enumerate(shape)
-                    )
-                    for i, shape in enumerate(input_shapes)
-                ]
-                attempts.append(symbolic_shapes(sized))
-            attempts += [stand_in_shapes(input_shapes, n) for n in STAND_IN_SIZES]
+        current = {
+            (i, j): traced_sizes[symbol_name(i, j)]
+            for i, shape in enumerate(input_shapes)
+            for j, d in enumerate(shape)
+            if d is None and symbol_name(i, j) in traced_sizes
+        }
+        attempts = [symbolic_shapes(input_shapes)] + [
+            shapes for _, shapes in fallback_shapes(input_shapes, current)
+        ]
         for shapes in attempts:
             specs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, input_dtypes)]
             try:

@@ -17,6 +17,7 @@ from typing import Any
 import jax
 
 import pytensor.tensor as pt
+from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile import jax_ofg_trace_cache as trace_cache
 from pytensor.compile.jax_ofg_dims import input_dims
 from pytensor.compile.jax_ofg_functions import (
@@ -270,7 +271,7 @@ class JaxOpWrapper:
             gradient=self.gradient,
         )
         # Equal calls give the very same op while it is in use.
-        return _OPS.setdefault((type(op), op._props()), op)
+        return _OPS.setdefault((type(op), compat.op_props(op)), op)
 
     def _explicit_types(self, args, kwargs):
         spec = self.output_types

@@ -220,6 +220,110 @@ def _check_jax_jit_compile() -> None:
     _check_method("JAXLinker.jit_compile", JAXLinker, "jit_compile", ["self", "fn"])
 
 
+def _check_op_props() -> None:
+    from pytensor.graph.op import Op
+
+    class Scaled(Op):
+        __props__ = ("factor",)
+
+        def __init__(self, factor):
+            self.factor = factor
+
+        def make_node(self, x):
+            raise NotImplementedError
+
+        def perform(self, node, inputs, outputs):
+            raise NotImplementedError
+
+    props = compat.op_props(Scaled(2))
+    _require(
+        props == (2,) and hash(Scaled(2)) == hash((Scaled, props)),
+        "Op._props() (made by PyTensor's MetaType)",
+        f"an op's props are no longer its __props__ values (got {props!r})",
+    )
+
+
+def _check_pytensor_jax_rewrites() -> None:
+    import pytensor.tensor as pt
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.link.jax.dispatch.shape import JAXShapeTuple
+    from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor
+
+    x, n = pt.vector("x"), pt.lscalar("n")
+    outputs = [x[x > 0].sum(), pt.set_subtensor(x[x > 0], 0.0), x.reshape((n, 2))]
+    fgraph = FunctionGraph([x, n], outputs, clone=False)
+    compat.prepare_for_jax_lowering(fgraph)
+    ops = [node.op for node in fgraph.toposort()]
+    _require(
+        not any(isinstance(op, AdvancedSubtensor | AdvancedIncSubtensor) for op in ops)
+        and any(isinstance(op, JAXShapeTuple) for op in ops),
+        "optdb's jax_* rewrites (PYTENSOR_JAX_REWRITES)",
+        f"no longer make boolean indexing and shape arguments JAX-ready ({ops})",
+    )
+
+
+def _check_control_flow_params() -> None:
+    import jax
+    from jax import lax
+    from jax.extend.core import jaxpr_as_fun
+
+    def program(p, a, b, x):
+        chosen = lax.cond(p, lambda u, v: u + v, lambda u, v: u - v, x, b)
+        loop = lax.while_loop(
+            lambda c: c[0] < a, lambda c: (c[0] + b, c[1] * 2), (x, x)
+        )
+        solved = lax.custom_linear_solve(lambda y: a * y, x, lambda mv, y: y / b)
+        return chosen, loop, solved
+
+    jaxpr = jax.make_jaxpr(program)(True, 10.0, 3.0, 1.0)
+    equations = {e.primitive.name: e for e in jaxpr.jaxpr.eqns}
+    _, a, b, x = jaxpr.jaxpr.invars
+
+    def value(function, *args):
+        return float(jaxpr_as_fun(function)(*args)[0])
+
+    try:
+        cond, loop, solve = (
+            equations[name] for name in ("cond", "while", "custom_linear_solve")
+        )
+        branches, index, operands = compat.cond_parts(cond.params, cond.invars)
+        loop = compat.while_parts(loop.params, loop.invars)
+        solve, arguments = compat.linear_solve_parts(solve.params, solve.invars)
+        found = (
+            [value(branch, 1.0, 3.0) for branch in branches] == [-2.0, 4.0]
+            and index is cond.invars[0]
+            and operands == [x, b]
+            and [loop.cond_consts, loop.body_consts, loop.carry] == [[a], [b], [x, x]]
+            and value(loop.cond_jaxpr, 10.0, 1.0, 1.0) == 1.0
+            and value(loop.body_jaxpr, 3.0, 1.0, 1.0) == 4.0
+            and arguments == [b, x]
+            and value(solve, 4.0, 8.0) == 2.0
+        )
+    except Exception as error:
+        found = error
+    _require(
+        found is True,
+        "params of cond, while, custom_linear_solve",
+        f"their jaxprs and inputs are no longer laid out so (got {found!r})",
+    )
+
+
+def _check_equation_context() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    traced_with = not jax.config.jax_threefry_partitionable
+    with jax.threefry_partitionable(traced_with):
+        (equation,) = jax.make_jaxpr(jnp.sin)(1.0).jaxpr.eqns
+    with compat.equation_context(equation):
+        inside = jax.config.jax_threefry_partitionable
+    _require(
+        inside == traced_with and jax.config.jax_threefry_partitionable != inside,
+        "JaxprEqn.ctx.manager",
+        "no longer sets what an equation was traced with",
+    )
+
+
 def _check_pymc_start_method() -> None:
     import importlib
     import inspect
@@ -340,6 +444,10 @@ CHECKS = {
     "pytensor (_vectorize_node, _as_tensor_variable)": _check_dispatchers,
     "NumbaLinker.create_jitable_thunk": _check_numba_thunks,
     "JAXLinker.jit_compile": _check_jax_jit_compile,
+    "Op._props() (made by PyTensor's MetaType)": _check_op_props,
+    "optdb's jax_* rewrites (PYTENSOR_JAX_REWRITES)": _check_pytensor_jax_rewrites,
+    "params of cond, while, custom_linear_solve": _check_control_flow_params,
+    "JaxprEqn.ctx.manager": _check_equation_context,
     "pymc: _initialize_multiprocessing_context and its callers' `model`": _check_pymc_start_method,
     "importlib._bootstrap._find_and_load": _check_import_entry,
     "pytensor.configparser (ConfigParam.__get__, _config_var_dict)": _check_flag_getter,
@@ -368,6 +476,8 @@ PRIVATE_USE = re.compile(
     r"|_as_tensor_variable\.register|equinox\.internal|type\(os\.environ\)"
     r"|\.create_jitable_thunk =|\.jit_compile ="
     r"|fun_sourceinfo|fun_signature"
+    r"|\._props\(\)|ctx\.manager|_nconsts\b|const_lengths|\[.branches.\]"
+    r"|jax_shape_parameter_as_tuple|jax_boolean_indexing"
 )
 
 
