@@ -357,13 +357,16 @@ class _Describer:
             self.keep.append(value)
         return text
 
-    def fail(self, value: Any, why: str) -> NoReturn:
+    def refuse(self, value: Any, why: str) -> NoReturn:
+        """Raise :class:`Undescribable`: ``value`` cannot be described, for ``why``."""
         raise Undescribable(f"{why}: {type(value).__qualname__}")
 
     def items(self, values: Iterable[Any]) -> str:
+        """The descriptions of ``values``, comma-separated."""
         return ", ".join(self(v) for v in values)
 
-    def named(self, items: Iterable[tuple[str, Any]]) -> str:
+    def keyword_items(self, items: Iterable[tuple[str, Any]]) -> str:
+        """``name=description`` of each ``(name, value)``, comma-separated."""
         return ", ".join(f"{k}={self(v)}" for k, v in items)
 
     # ------------------------------------------------------------ containers
@@ -414,7 +417,7 @@ class _Describer:
 
     def jax_array(self, value: jax.Array) -> str:
         if isinstance(value, jax.core.Tracer):
-            return self.fail(value, "a tracer (a leaked intermediate of a trace)")
+            return self.refuse(value, "a tracer (a leaked intermediate of a trace)")
         weak = ", weak" if getattr(value, "weak_type", False) else ""
         if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
             data = np.asarray(jax.random.key_data(value))
@@ -422,7 +425,7 @@ class _Describer:
         try:
             data = np.asarray(value)
         except Exception:  # deleted or otherwise unreadable
-            return self.fail(value, "an array that cannot be read")
+            return self.refuse(value, "an array that cannot be read")
         return f"jax_{self.ndarray(data)}{weak}"
 
     # ------------------------------------------------------------- functions
@@ -472,7 +475,7 @@ class _Describer:
             except ValueError:
                 cells.append("<empty>")
                 continue
-            cells.append(self.member(content, attributes))
+            cells.append(self.read_value(content, attributes))
         return ", ".join(cells)
 
     def globals_(self, globals_: dict, info: _CodeInfo) -> str:
@@ -485,16 +488,16 @@ class _Describer:
                 value = globals_[name]
                 if isinstance(value, types.ModuleType):
                     self.check_dynamic_module(value, info)
-                parts.append(f"{name}={self.member(value, info.attributes)}")
+                parts.append(f"{name}={self.read_value(value, info.attributes)}")
             elif name in _DYNAMIC_BUILTINS and name in builtins:
-                self.fail(builtins[name], f"code calling {name}()")
+                self.refuse(builtins[name], f"code calling {name}()")
         return ", ".join(parts)
 
     def check_dynamic_module(self, module: types.ModuleType, info: _CodeInfo) -> None:
         if (module is sys and "modules" in info.names) or (
             module.__name__ == "importlib" and "import_module" in info.names
         ):
-            self.fail(module, "code looking modules up by name")
+            self.refuse(module, "code looking modules up by name")
 
     def imports(self, fn: types.FunctionType, info: _CodeInfo) -> str:
         """The modules a function imports in its body (``import helpers`` inside it)."""
@@ -513,7 +516,7 @@ class _Describer:
                 if module is None:
                     kind = module_kind(module_name)
                     if kind[0] == "user":
-                        self.fail(name, "a local import of a module not imported yet")
+                        self.refuse(name, "a local import of a module not imported yet")
                     parts.append(f"{module_name}={_kind_tag(kind)}")
                 else:
                     parts.append(
@@ -531,7 +534,7 @@ class _Describer:
         module = getattr(value, "__module__", None) or getattr(owner, "__name__", None)
         kind = module_kind(module)
         if kind[0] == "user":
-            return self.fail(value, "a function of a user's C extension")
+            return self.refuse(value, "a function of a user's C extension")
         return f"builtin({_kind_tag(kind)}:{module}.{value.__qualname__})"
 
     def descriptor(self, value: Any) -> str:
@@ -574,10 +577,10 @@ class _Describer:
                 and _is_plain_data(namespace[name])
             ]
             text = f"module({_kind_tag(kind)}:{module.__name__}"
-            return f"{text}, {self.named(data)})" if data else f"{text})"
+            return f"{text}, {self.keyword_items(data)})" if data else f"{text})"
         file = getattr(module, "__file__", None) or ""
         if file and not file.endswith(_SOURCE_SUFFIXES):
-            return self.fail(module, "a user's C extension module")
+            return self.refuse(module, "a user's C extension module")
         key = (id(module), attributes)
         if key in self.modules:  # an import cycle
             return f"module({module.__name__}, ...)"
@@ -590,12 +593,12 @@ class _Describer:
             if read is None:
                 read = {n for n in namespace if not n.startswith("__")}
             names = sorted(n for n in read | {"__getattr__"} if n in namespace)
-            parts = [f"{n}={self.member(namespace[n], attributes)}" for n in names]
+            parts = [f"{n}={self.read_value(namespace[n], attributes)}" for n in names]
             return f"module({module.__name__}, {{{', '.join(parts)}}})"
         finally:
             self.modules.discard(key)
 
-    def member(self, value: Any, attributes: frozenset[str] | None) -> str:
+    def read_value(self, value: Any, attributes: frozenset[str] | None) -> str:
         """A value code reads: a module by the ``attributes`` it may read of it."""
         if isinstance(value, types.ModuleType):
             return self.module(value, attributes)
@@ -607,7 +610,7 @@ class _Describer:
         if kind[0] != "user" and "<locals>" not in cls.__qualname__:
             return f"class({_kind_tag(kind)}:{_qualified(cls)})"
         if kind[0] == "user" and _is_c_class(cls):
-            return self.fail(cls, "a class of a user's C extension")
+            return self.refuse(cls, "a class of a user's C extension")
         parts = [_qualified(cls)]
         if type(cls) is not type:
             parts.append(f"meta={self(type(cls))}")
@@ -616,7 +619,7 @@ class _Describer:
             (item for item in vars(cls).items() if item[0] not in _CLASS_MACHINERY),
             key=lambda item: item[0],
         )
-        parts.append(f"dict={{{self.named(members)}}}")
+        parts.append(f"dict={{{self.keyword_items(members)}}}")
         fields = vars(cls).get("__dataclass_fields__")
         if fields is not None:
             parts.append(f"fields=[{self.fields(fields)}]")
@@ -648,7 +651,7 @@ class _Describer:
         if kind[0] == "user":
             for base in cls.__mro__:
                 if _is_c_class(base):
-                    return self.fail(value, f"an instance of the C type {base}")
+                    return self.refuse(value, f"an instance of the C type {base}")
             return f"{self(cls)}({self.state(value)[2:]})"
         return self.library_instance(value, cls)
 
@@ -662,11 +665,11 @@ class _Describer:
                 for field in dataclasses.fields(value)
                 if field.compare and field.init
             ]
-            return f"{_qualified(cls)}({self.named(fields)})"
+            return f"{_qualified(cls)}({self.keyword_items(fields)})"
         # Not a dataclass (the decorator's wrapper): its public attributes;
         # private ones are caches.
         state = sorted((k, v) for k, v in _state(value) if not k.startswith("_"))
-        return f"{_qualified(cls)}({self.named(state)})"
+        return f"{_qualified(cls)}({self.keyword_items(state)})"
 
     def library_instance(self, value: Any, cls: type) -> str:
         header = self(cls)
@@ -678,7 +681,7 @@ class _Describer:
                 (f.name, getattr(value, f.name, "<unset>"))
                 for f in dataclasses.fields(value)
             ]
-            return f"{header}({self.named(fields)})"
+            return f"{header}({self.keyword_items(fields)})"
         wrapped = getattr(value, "__wrapped__", None)
         jitted = compat.jitted_function(value)
         if jitted is not None:
@@ -724,7 +727,7 @@ class _Describer:
         try:
             reduced = value.__reduce_ex__(4)
         except Exception:
-            return self.fail(value, "an object with opaque state")
+            return self.refuse(value, "an object with opaque state")
         if isinstance(reduced, str):  # a global, pickled by name
             return f"{header}:{reduced}"
         parts = list(reduced[:3])
@@ -743,7 +746,7 @@ class _Describer:
         props = getattr(value, "__props__", None)
         if props is None:
             return self.state(value)[2:]
-        return self.named((p, getattr(value, p)) for p in props)
+        return self.keyword_items((p, getattr(value, p)) for p in props)
 
     def op(self, op: Op) -> str:
         fgraph = getattr(op, "fgraph", None)
@@ -948,10 +951,10 @@ _BY_SUBCLASS: list[tuple[tuple[type, ...], Callable[[_Describer, Any], str]]] = 
     ((Op,), _Describer.op),
     ((Variable,), _Describer.variable),
     ((Type,), _Describer.pytensor_type),
-    ((types.GeneratorType,), lambda self, v: self.fail(v, "a generator")),
+    ((types.GeneratorType,), lambda self, v: self.refuse(v, "a generator")),
     (
         (types.CoroutineType, types.AsyncGeneratorType, types.FrameType),
-        lambda self, v: self.fail(v, "running code"),
+        lambda self, v: self.refuse(v, "running code"),
     ),
 ]
 

@@ -19,7 +19,7 @@ from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile.jax_ofg_functions import InnerFunction, as_tuple_function
 from pytensor.compile.jax_ofg_host_op import JaxHostOp
 from pytensor.compile.jax_ofg_shapes import (
-    SAME_INPUTS,
+    INPUTS_AT_SAME_POSITIONS,
     InputMap,
     Lengths,
     OutputDims,
@@ -168,7 +168,7 @@ class OpFromJax(JaxHostOp, Op):
         output_dims: OutputDims,
         label: str | None = None,
         name: str | None = None,
-        inputs: InputMap = SAME_INPUTS,
+        inputs: InputMap = INPUTS_AT_SAME_POSITIONS,
         leading_dims: tuple[int | str | None, ...] = (),
     ) -> OpFromJax:
         """An op computed from this one: a derivative, a vmap, a fused or baked form.

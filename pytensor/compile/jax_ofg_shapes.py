@@ -227,7 +227,7 @@ class InputMap:
 
 #: The inputs of a derived op are the original op's, at the same positions
 #: (followed by new ones: cotangents, tangents, residuals).
-SAME_INPUTS = InputMap()
+INPUTS_AT_SAME_POSITIONS = InputMap()
 
 
 @dataclass(frozen=True)
