@@ -14,7 +14,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import pytensor.tensor as pt
-from pytensor import config
 from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile.jax_ofg_functions import InnerFunction, as_tuple_function
 from pytensor.compile.jax_ofg_host_op import JaxHostOp
@@ -46,10 +45,6 @@ __all__ = ["OpFromJax"]
 
 def differentiable(tensor_type: TensorType) -> bool:
     return tensor_type.dtype.startswith(("float", "complex"))
-
-
-def _zero_gradient(integer_input: Variable) -> Variable:
-    return integer_input.zeros_like(dtype=config.floatX)
 
 
 def describe_types(types: Sequence[TensorType]) -> str:
@@ -372,10 +367,12 @@ class OpFromJax(JaxHostOp, Op):
 
     # --------------------------------------------------------------- gradients
     def connection_pattern(self, node: Apply) -> list[list[bool]]:
-        # Integer inputs count as connected (with zero gradient), as in
-        # PyTensor's own ops, so `pt.grad(cost, int_input)` gives zeros.
+        # Integer and boolean inputs are disconnected, as in `pytensor.wrap_jax`
+        # (JAX's float0 cotangents have no PyTensor type): `pt.grad(cost, n)`
+        # raises DisconnectedInputError. So are integer and boolean outputs.
         return [
-            [differentiable(o) for o in self.output_types] for _ in self.input_types
+            [differentiable(i) and differentiable(o) for o in self.output_types]
+            for i in self.input_types
         ]
 
     def input_dims(self, index: int) -> tuple[int | str, ...]:
@@ -392,10 +389,8 @@ class OpFromJax(JaxHostOp, Op):
             for k, (ct, t) in enumerate(zip(cotangents, self.output_types))
             if differentiable(t) and not isinstance(ct.type, DisconnectedType)
         )
-        if not cotangent_outputs:
+        if not cotangent_outputs or not any(wrt):
             return [disconnected_type() for _ in inputs]
-        if not any(wrt):
-            return [_zero_gradient(x) for x in inputs]
         cotangent_types = [self.output_types[k] for k in cotangent_outputs]
         vjp_op = self.derive(
             VJPFunction(
@@ -414,9 +409,7 @@ class OpFromJax(JaxHostOp, Op):
             for k, t in zip(cotangent_outputs, cotangent_types)
         ]
         gradients = iter(vjp_op(*inputs, *cotangent_values, return_list=True))
-        return [
-            next(gradients) if w else _zero_gradient(x) for x, w in zip(inputs, wrt)
-        ]
+        return [next(gradients) if w else disconnected_type() for w in wrt]
 
     def pushforward(self, inputs, outputs, tangents) -> list[Variable]:
         wrt = tuple(

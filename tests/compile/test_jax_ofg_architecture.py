@@ -5,9 +5,12 @@
   act, once.
 * The modules' imports of each other form no cycle, and no function imports
   one of them to dodge a cycle.
+* The guide's module map puts every module in one layer, and a module imports
+  only from its own layer and the layers above it.
 """
 
 import ast
+import itertools
 import json
 import re
 
@@ -68,12 +71,17 @@ def test_no_function_imports_one_of_the_package_modules():
     assert not offenders
 
 
-def test_the_modules_import_each_other_without_cycles():
-    graph = {
+def _import_graph() -> dict[str, set[str]]:
+    """Per module, the package's modules it imports (itself left out)."""
+    return {
         name: {imported for _, imported in _own_imports(ast.parse(path.read_text()))}
         - {name}
         for name, path in MODULES.items()
     }
+
+
+def test_the_modules_import_each_other_without_cycles():
+    graph = _import_graph()
     # Peel off modules that import nothing left; a cycle is what remains.
     remaining = dict(graph)
     while True:
@@ -209,11 +217,43 @@ def test_only_the_facade_acts_on_the_process(tmp_path):
     }
 
 
-def test_the_guide_maps_every_module():
-    """The guide's developer notes name each module (by its last dotted part)."""
+def _module_map() -> str:
+    """The guide's developer notes on the modules, up to the reference."""
     guide = (CHECKOUT / "doc" / "library" / "jax_ofg.rst").read_text()
     notes = guide[guide.index("Developer notes: the modules and their layers") :]
-    notes = notes[: notes.index("\nReference\n")]
+    return notes[: notes.index("\nReference\n")]
+
+
+def _dotted_name(named: str) -> str:
+    """The module a map entry names: a path under ``pytensor/``, else the last
+    dotted part of one module (``jax_ofg`` alone: the facade)."""
+    if "/" in named:
+        return "pytensor." + named.replace("/", ".")
+    if named == "jax_ofg":
+        return FACADE
+    (name,) = [m for m in MODULES if m.rsplit(".", 1)[1] == named]
+    return name
+
+
+def _map_layers() -> list[list[str]]:
+    """The modules of each row of the map's table, top to bottom, by dotted name."""
+    notes = _module_map()
+    lines = notes[notes.index(".. list-table::") :].splitlines()[1:]
+    table = "\n".join(
+        itertools.takewhile(lambda line: not line or line.startswith(" "), lines)
+    )
+    rows = table.split("\n   * - ")[2:]  # before: the options, the header row
+    return [
+        list(
+            dict.fromkeys(map(_dotted_name, re.findall(r"``([\w/]*jax_ofg\w*)``", row)))
+        )
+        for row in rows
+    ]
+
+
+def test_the_guide_maps_every_module():
+    """The guide's developer notes name each module (by its last dotted part)."""
+    notes = _module_map()
     named = set(re.findall(r"[`/](jax_ofg\w*)``", notes))
     missing = [m for m in MODULES if m.rsplit(".", 1)[1] not in named]
     # link/*/dispatch/jax_ofg and compile/jax_ofg share a name: by folder there
@@ -221,3 +261,18 @@ def test_the_guide_maps_every_module():
     assert not missing, f"not in the guide's module map: {missing}"
     for folder in ("link/jax/dispatch/jax_ofg", "link/numba/dispatch/jax_ofg"):
         assert f"``{folder}``" in notes
+
+
+def test_the_map_layers_import_only_from_the_layers_above():
+    layers = _map_layers()
+    mapped = [module for layer in layers for module in layer]
+    assert sorted(mapped) == sorted(MODULES), "each module in one layer of the map"
+    assert layers[-1] == [FACADE]
+    depth = {module: k for k, layer in enumerate(layers) for module in layer}
+    upward = [
+        f"{module} imports {imported}"
+        for module, imports in _import_graph().items()
+        for imported in sorted(imports)
+        if depth[imported] > depth[module]
+    ]
+    assert not upward, f"imports from a layer below in the guide's map: {upward}"

@@ -25,6 +25,7 @@ from pytensor.compile.jax_ofg_transforms import (
     ChosenGradient,
     GradientModeError,
 )
+from pytensor.gradient import DisconnectedInputError
 from pytensor.tensor.type import TensorType
 
 
@@ -65,6 +66,8 @@ def test_gradients_match_jax_and_finite_differences(mode, gradient):
     k = pt.scalar("k", dtype="int64")
     h, s, doubled = op(w, b, k)
     cost = pt.sum(pt.sin(h)) + s**2
+    with pytest.raises(DisconnectedInputError):  # as in pytensor.wrap_jax
+        pt.grad(cost, k)
     f = compile_function([w, b, k], [cost, doubled, *pt.grad(cost, [w, b])], mode)
     value, doubled_value, grad_w, grad_b = f(W, B, 3)
     assert doubled_value == 6

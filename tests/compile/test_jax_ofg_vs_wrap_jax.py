@@ -7,15 +7,17 @@ Each test states what ``as_jax_op`` does and what PyTensor's built-in wrapper
 import sys
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from _fresh_process import run_script
+from _linkers import compile_function
 
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import SymbolicCallable, as_jax_op
-from pytensor.gradient import pushforward
+from pytensor.gradient import DisconnectedInputError, pushforward
 
 
 def scaled(x, factor):
@@ -53,6 +55,43 @@ def test_forward_mode_only_with_as_jax_op():
     )
     with pytest.raises(NotImplementedError):
         pushforward(pytensor.wrap_jax(jnp.sin)(x), x, t, use_op_pushforward=True)
+
+
+def gated_power(x, n, gate):
+    """A float input, an integer and a boolean one; a float and an int output."""
+    return jnp.where(gate, jnp.sin(x) ** n, x), n + 1
+
+
+def _grad_error(cost, variable) -> str:
+    with pytest.raises(DisconnectedInputError) as info:
+        pt.grad(cost, variable)
+    return str(info.value)
+
+
+def test_integer_and_boolean_inputs_are_disconnected_in_both(mode):
+    x = pt.vector("x", shape=(3,))
+    n, gate = pt.lscalar("n"), pt.scalar("gate", dtype="bool")
+    xv = np.array([0.3, -0.7, 1.1])
+    expected = jax.grad(lambda v: jnp.sum(gated_power(v, 3, True)[0]))(xv)
+    errors = {}
+    for label, wrap in (("ours", as_jax_op), ("wrap_jax", pytensor.wrap_jax)):
+        y, m = wrap(gated_power)(x, n, gate)
+        cost = y.sum()
+        errors[label] = [_grad_error(cost, n), _grad_error(cost, gate)]
+        # The value and the float input's gradient in one function: the
+        # value-and-gradient rewrites and islands run with the integers there.
+        outputs = [cost, m, pt.grad(cost, x)]
+        if wrap is as_jax_op:
+            f = compile_function([x, n, gate], outputs, mode)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # wrap_jax: Numba's object mode
+                f = pytensor.function([x, n, gate], outputs, mode=mode)
+        value, incremented, gradient = f(xv, 3, True)
+        np.testing.assert_allclose(value, np.sum(np.sin(xv) ** 3), rtol=1e-12)
+        assert incremented == 4
+        np.testing.assert_allclose(gradient, expected, rtol=1e-12)
+    assert errors["ours"] == errors["wrap_jax"]
 
 
 def test_returned_closures_compose_only_with_as_jax_op():
