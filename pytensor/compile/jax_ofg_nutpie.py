@@ -22,6 +22,18 @@ their threads at once; the GIL is released while XLA runs. Models without JAX
 ops keep nutpie's own ``cfunc``. Registers nothing itself:
 :func:`pytensor.compile.jax_ofg.install` calls :func:`install_nutpie_host_callbacks`.
 
+Notes
+-----
+* The host callbacks hold the GIL for the Python part of each call (a few
+  microseconds around the XLA program); chains run in parallel only as far as
+  XLA does. A program whose solver calls LAPACK on tiny matrices (a stiff
+  solver's Newton steps) does not: jaxlib's LAPACK calls through SciPy's
+  OpenBLAS from two threads at once run no faster than from one.
+* Each nutpie thread keeps the Python thread state ctypes made for it
+  (:data:`MAX_PINNED_THREADS`).
+* ``numba.cfunc`` options passed to ``nutpie.compile_pymc_model`` keep
+  nutpie's own function, compiled in every process.
+
 Examples
 --------
 >>> import pymc as pm, nutpie                                # doctest: +SKIP

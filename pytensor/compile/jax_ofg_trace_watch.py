@@ -33,6 +33,16 @@ JAX's own reuse of traces (``jax.jit``'s tracing cache, the jaxprs of
 control flow) would hide what a helper did when it was first traced: a
 watched trace runs under a fresh :func:`jax.make_user_context` value, so
 JAX traces every jitted helper again, under the watch.
+
+Notes
+-----
+What the watch cannot see, so that a key does not describe it either:
+
+* a C callable passed by keyword to another C function (``sys.monitoring``
+  sees the outer C call, not what it calls back);
+* the iteration order of a set of strings, which hash randomization changes
+  from process to process;
+* state a library keeps in C, changed by earlier calls outside the trace.
 """
 
 from __future__ import annotations
