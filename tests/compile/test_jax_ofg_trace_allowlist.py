@@ -211,8 +211,10 @@ def test_a_memoised_loader_gives_what_the_memo_holds(mode, tmp_path, monkeypatch
     np.testing.assert_allclose(after[0], jax_value, rtol=1e-12)
     assert_linkers_give({"after": after}, sin_plus_weights([1.0, 2.0, 3.0]))
     if mode != "JAX":  # the JAX linker traces without the cache
+        # The first refusal is the memo, or the file read inside it when the
+        # memo is still empty as the trace runs (both are what the key lacks).
         reason = trace_cache_info()["uncached_functions"]["solve"]
-        assert "functools._lru_cache_wrapper" in reason
+        assert "functools._lru_cache_wrapper" in reason or "_io.open" in reason
 
 
 # =============================================== what the key holds, now
