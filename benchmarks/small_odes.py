@@ -18,7 +18,7 @@ order), and the tables give medians over rounds.
   this package gives nutpie (``ours``) and for nutpie's ``numba.cfunc``
   (``cfunc``: the wrapper taken off).
 * **per call**: value and gradient at the start, through the C function
-  nutpie calls, against the same log-density in pure JAX
+  nutpie calls (from compiled code without the GIL, as nutpie's threads), against the same log-density in pure JAX
   (``jax.jit(jax.value_and_grad(get_jaxified_logp(model)))``), interleaved
   batches in one process.
 * **chains**: ``nutpie.sample``, 2 chains of 300 + 300, ``cores=1`` against
@@ -173,12 +173,26 @@ def compile_ours(name: str, route: str, phases: dict):
 
 
 def logp_call(compiled, x):
-    """A call of nutpie's C log-density function at ``x`` (as nutpie calls it)."""
+    """A call of nutpie's C log-density function at ``x``, as nutpie calls it.
+
+    From compiled code that released the GIL (a Numba ``nogil`` function
+    here, nutpie's Rust threads there), not through a :mod:`ctypes` call
+    from Python, whose own cost nutpie does not pay.
+    """
+    import ctypes
+
+    import numba
     import numpy as np
 
-    from pytensor.compile.jax_ofg_nutpie import LOGP_SIGNATURE
+    address = ctypes.c_uint64
+    logp_function = ctypes.CFUNCTYPE(ctypes.c_int64, *[address] * 5)(
+        compiled.compiled_logp_func.address
+    )
 
-    function = LOGP_SIGNATURE(compiled.compiled_logp_func.address)
+    @numba.njit(nogil=True)
+    def call_from_compiled_code(n_dim, x, gradient, logp, user_data):
+        return logp_function(n_dim, x, gradient, logp, user_data)
+
     x = np.ascontiguousarray(x)
     gradient, logp = np.empty_like(x), np.empty(1)
     arguments = (
@@ -190,7 +204,7 @@ def logp_call(compiled, x):
     )
 
     def call():
-        return function(*arguments), logp, gradient
+        return call_from_compiled_code(*arguments), logp, gradient
 
     return call
 

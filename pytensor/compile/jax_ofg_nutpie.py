@@ -12,8 +12,9 @@ For such models (the log-density's graph holds a
 pointers of the same signature made by :mod:`ctypes` instead:
 
 * a graph that is one JAX op (a model's ``logp_dlogp`` is usually one
-  island) calls the op's host function directly, as the Numba linker's
-  direct thunk does;
+  island) calls the op's XLA program directly, as the Numba linker's direct
+  thunk does, and copies its packed output buffer into nutpie's
+  (:func:`flat_function`);
 * any other graph calls PyTensor's Numba function (``vm.jit_fn``), which
   PyTensor caches on disk.
 
@@ -63,7 +64,8 @@ from pytensor.compile import jax_ofg_compat as compat
 from pytensor.compile.jax_ofg_host_op import one_jax_op
 from pytensor.compile.jax_ofg_import_hooks import after_import
 from pytensor.compile.jax_ofg_pymc import model_holds_jax_ops
-from pytensor.graph.basic import Constant
+from pytensor.graph.basic import Apply, Constant
+from pytensor.graph.fg import FunctionGraph
 
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "LOGP_SIGNATURE",
     "HostCallback",
     "compile_with_host_callbacks",
+    "flat_function",
     "install_nutpie_host_callbacks",
     "pure_function",
 ]
@@ -150,8 +153,67 @@ def array_views(length: int) -> Callable[[int], np.ndarray]:
     return view
 
 
+#: Where an output lies in a flat function's buffers: ``(buffer, start, stop)``.
+Slot = tuple[int, int, int | None]
+
+
+def flat_function(
+    function: Any,
+) -> tuple[Callable[..., Sequence[np.ndarray]], list[Slot]]:
+    """Return a compiled PyTensor ``function`` as flat buffers of its inputs' values.
+
+    Without its storage, so that threads may call it at once. A graph that is
+    one JAX op of static output shapes is the op's packed buffers (read-only
+    views of JAX's), which the callbacks copy straight into nutpie's, and the
+    slot of each output in them. Any other graph is its outputs, each its own
+    raveled buffer.
+    """
+    fgraph = function.maker.fgraph
+    node = one_jax_op(fgraph)
+    op = node.op if node is not None else None
+    if op is None or any(None in t.shape for t in op.output_types):
+        outputs = pure_function(function)
+        return (
+            lambda *inputs: [np.ravel(x) for x in outputs(*inputs)],
+            [(i, 0, None) for i in range(len(fgraph.outputs))],
+        )
+    plan = op.packing.plan(
+        [t.shape for t in op.output_types], [t.dtype for t in op.output_types]
+    )
+    slots = [plan[node.outputs.index(out)][:3] for out in fgraph.outputs]
+    return _of_graph_inputs(op.buffers_function(), node, fgraph), slots
+
+
+def _of_graph_inputs(
+    op_function: Callable, node: Apply, fgraph: FunctionGraph
+) -> Callable[..., Any]:
+    """``op_function`` of ``node``'s inputs as a function of ``fgraph``'s inputs.
+
+    ``node``'s constants (an island's data) are put on JAX's device once, as
+    the Numba linker's thunks hold them.
+    """
+    if list(node.inputs) == list(fgraph.inputs):
+        return op_function
+    position = {x: i for i, x in enumerate(fgraph.inputs)}
+    template = [
+        jax.device_put(x.data) if isinstance(x, Constant) else None for x in node.inputs
+    ]
+    sources = [(i, position[x]) for i, x in enumerate(node.inputs) if x in position]
+    if sources == [(0, 0)] and len(fgraph.inputs) == 1:  # a point, then data
+        constants = template[1:]
+        return lambda point: op_function(point, *constants)
+
+    def call(*inputs):
+        arguments = template.copy()
+        for i, source in sources:
+            arguments[i] = inputs[source]
+        return op_function(*arguments)
+
+    return call
+
+
 def pure_function(function: Any) -> Callable[..., Sequence[Any]]:
-    """The outputs of a compiled PyTensor ``function`` as a function of its inputs' values.
+    """Return a compiled PyTensor ``function``'s outputs as a function of its inputs' values.
 
     Without its storage, so that threads may call it at once: the host
     function of the graph's one JAX op, or else PyTensor's Numba function.
@@ -161,37 +223,33 @@ def pure_function(function: Any) -> Callable[..., Sequence[Any]]:
     if node is None:
         return function.vm.jit_fn
     # Read-only views of JAX's buffers: the callbacks copy them into nutpie's.
-    host_call = node.op.with_copied_outputs(
-        (False,) * len(node.outputs)
-    ).host_function()
-    position = {x: i for i, x in enumerate(fgraph.inputs)}
-    # On JAX's device once, as the Numba linker's thunks hold them.
-    template = [
-        jax.device_put(x.data) if isinstance(x, Constant) else None for x in node.inputs
-    ]
-    sources = [(i, position[x]) for i, x in enumerate(node.inputs) if x in position]
+    host_call = _of_graph_inputs(
+        node.op.with_copied_outputs((False,) * len(node.outputs)).host_function(),
+        node,
+        fgraph,
+    )
     picks = [node.outputs.index(out) for out in fgraph.outputs]
-    if list(node.inputs) == list(fgraph.inputs):  # no constants, in order
-        if picks == list(range(len(picks))):
-            return host_call
-        return lambda *inputs: [host_call(*inputs)[i] for i in picks]
+    if picks == list(range(len(node.outputs))):
+        return host_call
 
-    def call(*inputs):
-        arguments = template.copy()
-        for i, source in sources:
-            arguments[i] = inputs[source]
-        outputs = host_call(*arguments)
+    def picked_outputs(*inputs):
+        outputs = host_call(*inputs)
         return [outputs[i] for i in picks]
 
-    return call
+    return picked_outputs
 
 
 def logp_callback(
-    logp_dlogp: Callable, n_dim: int, shared: Sequence[np.ndarray]
+    flat_logp_dlogp: tuple[Callable, Sequence[Slot]],
+    n_dim: int,
+    shared: Sequence[np.ndarray],
 ) -> HostCallback:
-    """nutpie's log-density callback over ``logp_dlogp(x, *shared) -> (logp, gradient)``."""
-    view = array_views(n_dim)
-    logp_value = ctypes.c_double.from_address
+    """Build nutpie's log-density callback over a :func:`flat_function` of ``(x, *shared)``.
+
+    The function's outputs are the log-density and its gradient.
+    """
+    logp_dlogp, ((value_in, value_at, _), (gradient_in, start, stop)) = flat_logp_dlogp
+    view, value_view = array_views(n_dim), array_views(1)
 
     def logp(dim, x, gradient_out, logp_out, user_data):
         if not getattr(_THREADS, "pinned", False):
@@ -199,11 +257,12 @@ def logp_callback(
         if dim != n_dim:
             return _WRONG_SIZE
         try:
-            value, gradient = logp_dlogp(view(x), *shared)
-            out = view(gradient_out)
-            np.copyto(out, gradient)
-            value = logp_value(logp_out).value = float(value)
-            if not np.isfinite(out).all():
+            buffers = logp_dlogp(view(x), *shared)
+            value = float(buffers[value_in][value_at])
+            gradient = view(gradient_out)
+            gradient[:] = buffers[gradient_in][start:stop]
+            value_view(logp_out)[0] = value
+            if not np.isfinite(gradient).all():
                 return _NONFINITE_GRADIENT
             if not math.isfinite(value):
                 return _NONFINITE_LOGP
@@ -216,9 +275,16 @@ def logp_callback(
 
 
 def expand_callback(
-    expand: Callable, n_dim: int, n_expanded: int, shared: Sequence[np.ndarray]
+    flat_expand: tuple[Callable, Sequence[Slot]],
+    n_dim: int,
+    n_expanded: int,
+    shared: Sequence[np.ndarray],
 ) -> HostCallback:
-    """nutpie's callback from a point to a draw over ``expand(x, *shared) -> (values,)``."""
+    """Build nutpie's callback from a point to a draw over a :func:`flat_function`.
+
+    The function, of ``(x, *shared)``, has one output: the draw's values.
+    """
+    expand, ((values_in, start, stop),) = flat_expand
     view = array_views(n_dim)
     out_view = array_views(n_expanded)
 
@@ -226,8 +292,7 @@ def expand_callback(
         if dim != n_dim or expanded != n_expanded:
             return _WRONG_SIZE
         try:
-            (values,) = expand(view(x), *shared)
-            out_view(out)[:] = values
+            out_view(out)[:] = expand(view(x), *shared)[values_in][start:stop]
         except BaseException:
             _log.debug("Expanding a draw raised", exc_info=True)
             return _EXPAND_RAISED
@@ -244,12 +309,12 @@ def _shared_values(model: Any, function: Any) -> list[np.ndarray]:
 def with_host_callbacks(model: Any) -> Any:
     """nutpie's compiled ``model`` with its functions called through host callbacks."""
     logp = logp_callback(
-        pure_function(model.logp_func),
+        flat_function(model.logp_func),
         model.n_dim,
         _shared_values(model, model.logp_func),
     )
     expand = expand_callback(
-        pure_function(model.expand_func),
+        flat_function(model.expand_func),
         model.n_dim,
         model.n_expanded,
         _shared_values(model, model.expand_func),

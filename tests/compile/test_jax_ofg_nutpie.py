@@ -21,8 +21,12 @@ from _conjugate_model import PRIOR_SD, SIGMA, TIMES, build_model, check_posterio
 from _conjugate_model import trajectory as conjugate_trajectory
 from pymc.sampling.jax import get_jaxified_logp
 
+import pytensor
+import pytensor.tensor as pt
 from pytensor.compile import jax_ofg_nutpie
 from pytensor.compile.jax_ofg import as_jax_op
+from pytensor.compile.jax_ofg_host_op import one_jax_op
+from pytensor.compile.mode import get_mode
 
 
 def call_logp(compiled, x: np.ndarray, dim: int | None = None):
@@ -111,6 +115,35 @@ def test_expanding_a_point_gives_the_draw(compiled):
     assert status == 0
     np.testing.assert_array_equal(out, x)  # theta is its own value variable
     assert function(2, compiled.n_expanded + 1, x.ctypes.data, out.ctypes.data, 0) == -1
+
+
+@as_jax_op
+def moments(x):
+    return jnp.sum(x**2), jnp.cos(x)
+
+
+WEIGHTS = np.array([1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("one_island", [True, False], ids=["one island", "numba"])
+def test_a_flat_function_holds_each_output_in_its_slot(one_island):
+    """Outputs picked out of order, an island's constant, or PyTensor's function."""
+    x = pt.vector("x", shape=(3,))
+    total, cosine = moments(x * WEIGHTS)
+    mode = get_mode("NUMBA")
+    function = pytensor.function(
+        [x],
+        [cosine, total + 1.0],
+        mode=mode if one_island else mode.excluding("jax_islands"),
+    )
+    assert (one_jax_op(function.maker.fgraph) is not None) == one_island
+    call, slots = jax_ofg_nutpie.flat_function(function)
+    point = np.array([0.1, -0.2, 0.3])
+    buffers = call(point)
+    got = [buffers[b][start:stop] for b, start, stop in slots]
+    scaled = jnp.asarray(point * WEIGHTS)
+    np.testing.assert_allclose(got[0], jnp.cos(scaled), rtol=1e-14)
+    np.testing.assert_allclose(got[1], [jnp.sum(scaled**2) + 1.0], rtol=1e-14)
 
 
 @as_jax_op
