@@ -11,7 +11,8 @@ here, with Stan's ``ode_bdf_tol`` at the same tolerances in :data:`STAN_PROGRAM`
 
 * :func:`solve`: the concentrations at :data:`TIMES` as a JAX function (its
   adjoint is an argument: diffrax's default reverse-mode adjoint, or
-  ``diffrax.ForwardMode()``);
+  ``diffrax.ForwardMode()``; and the linear solver of the stiff solver's
+  Newton steps: lineax's LU by default, or :class:`SmallDenseSolver`);
 * :func:`build_model`: the PyMC model around a PyTensor ``concentrations(theta)``;
 * :func:`logp`: the same log-density in pure JAX (for pure-JAX timings);
 * :data:`STAN_PROGRAM`, :func:`stan_data`: the model in Stan.
@@ -24,6 +25,7 @@ from collections.abc import Callable
 import diffrax
 import jax
 import jax.numpy as jnp
+import lineax as lx
 import numpy as np
 
 
@@ -47,11 +49,63 @@ def _rhs(t, y, theta):
     )
 
 
-def solve(theta, adjoint=None):
+class SmallDenseSolver(lx.AbstractLinearSolver):
+    """A linear solver for small dense systems, by Gauss-Jordan elimination in jnp.
+
+    lineax's LU calls LAPACK (``getrf``, ``trsm``) through jaxlib: on a 2 x 2
+    Jacobian the calls' fixed cost is most of a stiff step's, and calls from
+    two threads at once run no faster than from one. This one is a few XLA
+    ops (partial pivoting, unrolled over the rows). Only for square
+    operators on one array, and only for small ones: its cost grows as n^3
+    in unrolled ops.
+    """
+
+    def init(self, operator: lx.AbstractLinearOperator, options: dict):
+        del options
+        structure = operator.in_structure()
+        if structure != operator.out_structure() or not hasattr(structure, "shape"):
+            raise ValueError("SmallDenseSolver solves square systems on one array")
+        return small_inverse(operator.as_matrix())
+
+    def compute(self, state, vector, options):
+        del options
+        solution = (state @ jnp.ravel(vector)).reshape(jnp.shape(vector))
+        return solution, lx.RESULTS.successful, {}
+
+    def transpose(self, state, options):
+        return state.T, {}
+
+    def conj(self, state, options):
+        return state.conj(), {}
+
+    def assume_full_rank(self) -> bool:
+        return True
+
+
+def small_inverse(matrix):
+    """The inverse of a small square ``matrix`` (Gauss-Jordan, partial pivoting)."""
+    n = matrix.shape[0]
+    augmented = jnp.concatenate([matrix, jnp.eye(n, dtype=matrix.dtype)], axis=1)
+    rows = jnp.arange(n)
+    for k in range(n):
+        pivot = k + jnp.argmax(jnp.abs(augmented[k:, k]))
+        augmented = augmented[
+            jnp.where(rows == k, pivot, jnp.where(rows == pivot, k, rows))
+        ]
+        augmented = augmented.at[k].divide(augmented[k, k])
+        factors = augmented[:, k].at[k].set(0.0)
+        augmented = augmented - jnp.outer(factors, augmented[k])
+    return augmented[:, n:]
+
+
+def solve(theta, adjoint=None, linear_solver=None):
     """Concentrations at :data:`TIMES` for ``theta = (ka, V, Vmax, Km)``."""
+    root_finder = diffrax.with_stepsize_controller_tols(diffrax.VeryChord)(
+        **({} if linear_solver is None else {"linear_solver": linear_solver})
+    )
     solution = diffrax.diffeqsolve(
         diffrax.ODETerm(_rhs),
-        diffrax.Kvaerno5(),
+        diffrax.Kvaerno5(root_finder=root_finder),
         t0=0.0,
         t1=float(TIMES[-1]),
         dt0=0.01,
@@ -69,6 +123,11 @@ def solve(theta, adjoint=None):
 def solve_forward_mode(theta):
     """:func:`solve` with ``adjoint=diffrax.ForwardMode()`` (forward mode only)."""
     return solve(theta, diffrax.ForwardMode())
+
+
+def solve_forward_mode_dense(theta):
+    """:func:`solve_forward_mode`, its Newton steps solved by :class:`SmallDenseSolver`."""
+    return solve(theta, diffrax.ForwardMode(), SmallDenseSolver())
 
 
 def simulated_data(seed: int = 1) -> np.ndarray:

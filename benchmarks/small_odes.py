@@ -6,7 +6,10 @@ Two of posteriordb's kind of small ODE posteriors:
   ``integrate_ode_rk45`` at 1e-5, 1e-3, 500 steps; 8 parameters), nutpie
   started at the priors' locations;
 * ``pk``: the stiff PK model of :mod:`_pk_model` (``Kvaerno5``; forward-mode
-  gradients, as ``benchmarks/forward_mode.py``'s ``ours_forward``; 5 parameters).
+  gradients, as ``benchmarks/forward_mode.py``'s ``ours_forward``; 5 parameters);
+* ``pk_dense``: the same model, its Newton steps solved by
+  :class:`_pk_model.SmallDenseSolver` in a few XLA ops instead of LAPACK
+  calls (the same numbers: the same posterior, the same Stan program).
 
 Every measurement runs in a fresh process (``--child``), sharing one set of
 caches per model and route that a first, untimed process fills. Rounds are
@@ -68,7 +71,9 @@ from _processes import ChildFailed, cache_env, run_python  # noqa: E402
 from _timing import median  # noqa: E402
 
 
-MODELS = ("lv", "pk")
+MODELS = ("lv", "pk", "pk_dense")
+#: Models whose Stan program is another's: their fits are compared with its.
+SAME_STAN_PROGRAM = {"pk_dense": "pk"}
 KINDS = ("startup", "per_call", "chains", "threads", "fit")
 
 LV_STAN_PROGRAM = """
@@ -119,7 +124,8 @@ def pymc_model(name: str):
 
     from pytensor.compile.jax_ofg import as_jax_op
 
-    return pk.build_model(as_jax_op(pk.solve_forward_mode, name="pk_solve")), None
+    solve = pk.solve_forward_mode_dense if name == "pk_dense" else pk.solve_forward_mode
+    return pk.build_model(as_jax_op(solve, name="pk_solve")), None
 
 
 def stan_program(name: str) -> tuple[str, dict, list[str]]:
@@ -424,10 +430,9 @@ def plan(settings) -> list[list[dict]]:
                 ]
             if "threads" in settings.kinds and name == "pk":
                 specs.append({"kind": "threads", "model": name, "route": "jax"})
-            if "fit" in settings.kinds:
-                specs += [
-                    {"kind": "fit", "model": name, "route": r} for r in ("ours", "stan")
-                ]
+            if "fit" in settings.kinds:  # one Stan program for both PK models
+                routes = ("ours",) if name in SAME_STAN_PROGRAM else ("ours", "stan")
+                specs += [{"kind": "fit", "model": name, "route": r} for r in routes]
         for spec in specs:
             spec["seed"] = settings.seed + round_
         shift = round_ % max(len(specs), 1)
@@ -458,7 +463,7 @@ def report(runs: dict[str, list[dict]], settings) -> str:
             if "error" in run:
                 lines.append(f"* {key} failed: `{run['error'][-300:]}`")
     rows = []
-    for name in settings.models:
+    for name in MODELS:  # stored runs too
         for route in ("ours", "cfunc"):
             found = ok.get(f"startup|{name}|{route}", [])
             if not found:
@@ -494,7 +499,7 @@ def report(runs: dict[str, list[dict]], settings) -> str:
             "",
         ]
     rows = []
-    for name in settings.models:
+    for name in MODELS:  # stored runs too
         found = ok.get(f"per_call|{name}|ours", [])
         if found:
             ours, jax_ = (
@@ -514,7 +519,7 @@ def report(runs: dict[str, list[dict]], settings) -> str:
             "",
         ]
     rows = []
-    for name in settings.models:
+    for name in MODELS:  # stored runs too
         one = ok.get(f"chains|{name}|ours|cores=1", [])
         two = ok.get(f"chains|{name}|ours|cores=2", [])
         if one and two:
@@ -574,8 +579,8 @@ def report(runs: dict[str, list[dict]], settings) -> str:
             "",
         ]
     rows, agreement = [], []
-    for name in settings.models:
-        stan_runs = ok.get(f"fit|{name}|stan", [])
+    for name in MODELS:  # stored runs too
+        stan_runs = ok.get(f"fit|{SAME_STAN_PROGRAM.get(name, name)}|stan", [])
         for route in ("ours", "stan"):
             found = ok.get(f"fit|{name}|{route}", [])
             if not found:
