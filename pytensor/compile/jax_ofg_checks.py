@@ -75,7 +75,7 @@ class _Rewriter:
         return finalised is not None and self.holds(finalised)
 
     def finalised(self, equation: Any) -> Any:
-        """The jaxpr of an equinox custom primitive's implementation, else None."""
+        """Return the jaxpr of an equinox custom primitive's implementation, else None."""
         rule = compat.equinox_implementation(equation.primitive)
         if rule is None:
             return None
@@ -205,7 +205,8 @@ def _either(flag: Any, other: Any) -> Any:
 
 
 def holds_host_callbacks(jaxpr: Any) -> bool:
-    """Whether a (closed) jaxpr calls back into Python, which :mod:`jax.export` refuses.
+    """Return whether a (closed) jaxpr calls back into Python, which :mod:`jax.export`
+    refuses.
 
     ``jax.pure_callback``, ``io_callback``, ``jax.debug.callback`` and
     ``jax.debug.print``; equinox's runtime checks are pure callbacks.
@@ -222,7 +223,7 @@ def holds_host_callbacks(jaxpr: Any) -> bool:
 
 
 def flag_checks(jaxpr: Any) -> Callable[..., tuple[Sequence, Any]]:
-    """The program of ``jaxpr`` with equinox's raising checks reporting a flag.
+    """Return the program of ``jaxpr`` with equinox's raising checks reporting a flag.
 
     Returns a function of the jaxpr's inputs returning ``(outputs, failed)``,
     ``failed`` a boolean scalar: whether a check's error branch was taken
@@ -244,7 +245,7 @@ def _raises(*_: Any) -> None:
 
 
 def raise_if_failed(outputs: Sequence[Any], failed: Any) -> tuple:
-    """``outputs``, passed through a check of a flagged program's ``failed``.
+    """Return ``outputs``, passed through a check of a flagged program's ``failed``.
 
     As equinox checks (``lax.cond`` whose error branch is a
     ``jax.pure_callback`` that raises, the outputs threaded through it so it
@@ -277,5 +278,5 @@ def raise_if_failed(outputs: Sequence[Any], failed: Any) -> tuple:
 
 
 def is_failed_check(error: BaseException) -> bool:
-    """Whether ``error`` was raised by the check of :func:`raise_if_failed`."""
+    """Return whether ``error`` was raised by the check of :func:`raise_if_failed`."""
     return FAILED_CHECK in str(error)

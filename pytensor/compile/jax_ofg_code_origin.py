@@ -46,7 +46,8 @@ _MODULE_KINDS: dict[str, tuple[Any, Kind]] = {}
 
 
 def module_kind(name: str | None) -> Kind:
-    """Whether the module called ``name`` is stdlib, library, project or user code.
+    """Return whether the module called ``name`` is stdlib, library, project or user
+    code.
 
     >>> module_kind("json")
     ('stdlib', '')
@@ -68,9 +69,8 @@ def module_kind(name: str | None) -> Kind:
 
 
 def import_kind(name: str | None) -> str:
-    """Whether the module ``name``, which is about to be imported, is stdlib,
-    library, project or user code (found by its spec, the module not being
-    there yet).
+    """Return whether the module ``name``, which is about to be imported, is stdlib,
+    library, project or user code (found by its spec, the module not being there yet).
 
     >>> import_kind("json"), import_kind("numpy.linalg")
     ('stdlib', 'library')
@@ -123,7 +123,8 @@ def _stdlib_dirs() -> tuple[str, ...]:
 
 
 def is_inside(path: str, folders: Iterable[str]) -> bool:
-    """Whether ``path`` is below one of the absolute ``folders`` (not one of them).
+    """Return whether ``path`` is below one of the absolute ``folders`` (not one of
+    them).
 
     >>> is_inside("/a/b/c.py", ["/a"]), is_inside("/ab/c.py", ["/a"]), is_inside("/a", ["/a"])
     (True, False, False)
@@ -133,7 +134,8 @@ def is_inside(path: str, folders: Iterable[str]) -> bool:
 
 
 def pinned_release(release: str, direct_url: str | None) -> str | None:
-    """How an installed distribution's files are pinned (see ``direct_url.json``).
+    """Return how an installed distribution's files are pinned (see
+    ``direct_url.json``).
 
     An install by name from an index by its release; a VCS install by its
     commit, an archive by its hash; a local directory or file by nothing:
@@ -167,7 +169,9 @@ def pinned_release(release: str, direct_url: str | None) -> str | None:
 
 @functools.lru_cache(maxsize=64)
 def _distributions_in(entry: str) -> tuple[str, ...]:
-    """The names of the distributions installed in the ``sys.path`` entry ``entry``."""
+    """Return the names of the distributions installed in the ``sys.path`` entry
+    ``entry``.
+    """
     return tuple(
         sorted(
             {d.metadata["Name"] for d in importlib.metadata.distributions(path=[entry])}
@@ -195,7 +199,7 @@ def _owner_candidates(top: str, file: str) -> Iterator[str]:
 def _recorded_files(
     name: str, path: tuple[str, ...]
 ) -> tuple[str | None, frozenset[str]]:
-    """A distribution's pin (:func:`pinned_release`) and the files it recorded."""
+    """Return a distribution's pin (:func:`pinned_release`) and the files it recorded."""
     try:
         dist = importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:
@@ -206,7 +210,7 @@ def _recorded_files(
 
 
 def _release_owning(top: str, file: str) -> str | None:
-    """The pinned release of the distribution that recorded ``file``, if any.
+    """Return the pinned release of the distribution that recorded ``file``, if any.
 
     A file no distribution recorded (a checkout shadowing an installed copy,
     a module on ``sys.path``) has none: it is user code.

@@ -57,21 +57,25 @@ CHECKED = (
 
 # ------------------------------------------------------------------------ JAX
 def pytree_registration(cls: type) -> Any:
-    """The flatten/unflatten functions JAX holds for ``cls`` (None if not a pytree)."""
+    """Return the flatten/unflatten functions JAX holds for ``cls`` (None if not a
+    pytree).
+    """
     from jax._src import tree_util
 
     return tree_util._registry.get(cls)
 
 
 def jitted_function(value: Any) -> tuple[Callable, Any] | None:
-    """``(the wrapped function, its jit options)`` of a ``jax.jit`` result, else None."""
+    """Return ``(the wrapped function, its jit options)`` of a ``jax.jit`` result, else
+    None.
+    """
     wrapped = getattr(value, "__wrapped__", None)
     info = getattr(value, "_jit_info", None)
     return None if wrapped is None or info is None else (wrapped, info)
 
 
 def jit_options(info: Any) -> Any:
-    """A ``jax.jit`` function's options (:func:`jitted_function`) without where
+    """Return a ``jax.jit`` function's options (:func:`jitted_function`) without where
     the function was defined, or None.
 
     JAX's ``JitInfo`` (a named tuple) also holds the function's source
@@ -84,7 +88,7 @@ def jit_options(info: Any) -> Any:
 
 
 def jax_started() -> bool:
-    """Whether this process has initialised a JAX backend (and its threads).
+    """Return whether this process has initialised a JAX backend (and its threads).
 
     When JAX's private check has moved, assume it has: a clear error in a
     forked child is better than a deadlock.
@@ -107,7 +111,8 @@ CALLBACK_LOGGER = "jax._src.callback"
 
 
 def scan_counts(params: dict) -> tuple[int, int]:
-    """How many of a ``scan`` equation's inputs are constants, and how many its carry.
+    """Return how many of a ``scan`` equation's inputs are constants, and how many its
+    carry.
 
     JAX 0.12 gives them as ``ft_in``, a flat tree (private) of the constants,
     the carry and the scanned inputs; older JAX as ``num_consts`` and
@@ -121,7 +126,7 @@ def scan_counts(params: dict) -> tuple[int, int]:
 
 # -------------------------------------------------------------------- equinox
 def equinox_check(callback: Any) -> str | None:
-    """``"raises"`` or ``"tpu_msg"`` for the host callbacks of ``eqx.error_if``.
+    """Return ``"raises"`` or ``"tpu_msg"`` for the host callbacks of ``eqx.error_if``.
 
     Equinox's error branch (``equinox._errors._error``) calls ``raises``, then
     ``tpu_msg`` on its result (for TPUs, which cannot raise).
@@ -136,7 +141,7 @@ def equinox_check(callback: Any) -> str | None:
 
 
 def equinox_implementation(primitive: Any) -> Callable | None:
-    """The Python implementation of an equinox custom primitive, else None.
+    """Return the Python implementation of an equinox custom primitive, else None.
 
     Equinox lists them in ``equinox.internal.primitive_finalisations``, with a
     rule calling ``primitive.impl`` (lineax's linear solve is one).
@@ -204,7 +209,7 @@ def patch_method(cls: type, name: str, marker: str, wrap: Callable) -> bool:
 
 
 def op_props(op: Any) -> tuple:
-    """An op's identity: the values of its ``__props__`` (``Op._props()``).
+    """Return an op's identity: the values of its ``__props__`` (``Op._props()``).
 
     PyTensor's ``MetaType`` makes ``_props`` from ``__props__``, as it makes
     the op's ``__eq__`` and ``__hash__`` from the same values.
@@ -236,7 +241,8 @@ def prepare_for_jax_lowering(fgraph: Any) -> None:
 # ``AttributeError``), as :func:`scan_counts` does: the program is then not
 # exported.
 def cond_parts(params: dict, inputs: list) -> tuple[list, Any, list]:
-    """``(branches, index, operands)`` of a ``cond`` equation's ``params`` and ``inputs``.
+    """Return ``(branches, index, operands)`` of a ``cond`` equation's ``params`` and
+    ``inputs``.
 
     The branches are closed jaxprs, in the order of the (integer) index that
     comes first in the inputs.
@@ -257,7 +263,7 @@ class WhileParts:
 
 
 def while_parts(params: dict, inputs: list) -> WhileParts:
-    """The parts of a ``while`` equation, from its ``params`` and ``inputs``.
+    """Return the parts of a ``while`` equation, from its ``params`` and ``inputs``.
 
     Its inputs are the condition's constants, the body's, then the carry.
     """
@@ -272,7 +278,8 @@ def while_parts(params: dict, inputs: list) -> WhileParts:
 
 
 def linear_solve_parts(params: dict, inputs: list) -> tuple[Any, list]:
-    """The ``solve`` jaxpr of a ``custom_linear_solve`` equation, and its arguments.
+    """Return the ``solve`` jaxpr of a ``custom_linear_solve`` equation, and its
+    arguments.
 
     The equation's inputs are the constants of ``matvec``, ``vecmat``,
     ``solve`` and ``transpose_solve`` (``const_lengths``), then the right-hand
@@ -285,7 +292,8 @@ def linear_solve_parts(params: dict, inputs: list) -> tuple[Any, list]:
 
 
 def equation_context(equation: Any) -> Any:
-    """The context manager to bind ``equation`` again in (``equation.ctx.manager``).
+    """Return the context manager to bind ``equation`` again in
+    (``equation.ctx.manager``).
 
     It restores what JAX recorded with the equation when it was traced: the
     compute type, XLA metadata, the mesh, threefry partitioning.
@@ -317,7 +325,8 @@ class NutpieNumbaAPI:
 
 
 def nutpie_numba_api(module: ModuleType) -> NutpieNumbaAPI | None:
-    """The parts of ``nutpie.compile_pymc`` host callbacks use, or None if one moved.
+    """Return the parts of ``nutpie.compile_pymc`` host callbacks use, or None if one
+    moved.
 
     ``CompiledPyMCModel`` must still take the fields nutpie 0.16 gives it.
     """
@@ -356,7 +365,8 @@ _NUTPIE_FIELDS = frozenset(
 
 
 def sampled_model(caller: FrameType | None) -> Any:
-    """The model ``pm.sample`` / ``pm.sample_smc`` (the frame ``caller``) samples.
+    """Return the model ``pm.sample`` / ``pm.sample_smc`` (the frame ``caller``)
+    samples.
 
     Both resolve their ``model`` argument into a local of that name before
     choosing the start method; elsewhere, the model on the context stack.
@@ -370,20 +380,22 @@ def sampled_model(caller: FrameType | None) -> Any:
 
 
 def caller_frame(depth: int) -> FrameType:
-    """The frame ``depth`` levels above the caller (CPython's ``sys._getframe``)."""
+    """Return the frame ``depth`` levels above the caller (CPython's ``sys._getframe``)."""
     return sys._getframe(depth + 1)
 
 
 # --------------------------------------------------------------------- Python
 def import_entry_code() -> Any:
-    """The code of CPython's import machinery entry (``_find_and_load``), or None."""
+    """Return the code of CPython's import machinery entry (``_find_and_load``), or
+    None.
+    """
     bootstrap = sys.modules.get("importlib._bootstrap")
     return getattr(getattr(bootstrap, "_find_and_load", None), "__code__", None)
 
 
 # ------------------------------------------------------------------ PyTensor
 def flag_getter_code() -> Any:
-    """The code every PyTensor flag is read through (``ConfigParam.__get__``)."""
+    """Return the code every PyTensor flag is read through (``ConfigParam.__get__``)."""
     from pytensor.configparser import ConfigParam
 
     return ConfigParam.__get__.__code__
@@ -406,7 +418,7 @@ def pytensor_flags() -> list[tuple[str, Any]]:
 
 
 def probed_flags() -> frozenset[str]:
-    """The PyTensor flags whose default a function computes when first read.
+    """Return the PyTensor flags whose default a function computes when first read.
 
     They probe the machine (the C compiler, BLAS: ``blas__ldflags`` runs the
     compiler and warns where it finds none), which no JAX trace needs.

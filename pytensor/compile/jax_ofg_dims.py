@@ -43,7 +43,8 @@ _folded: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _fold(variable: Variable, dims: Sequence[int]) -> list[Variable]:
-    """The shape graphs of ``variable.shape[d]``, simplified as far as PyTensor can.
+    """Return the shape graphs of ``variable.shape[d]``, simplified as far as PyTensor
+    can.
 
     The two passes of :func:`~pytensor.tensor.basic.infer_static_shape`
     (``infer_shape_db``, then constant folding), which cannot be called
@@ -94,7 +95,7 @@ def dim_graphs(variable: Variable) -> tuple[int | Variable, ...]:
 
 
 def _memo_entry(variable: Variable, dim: int, graph: Variable) -> Any:
-    """What the memo keeps for one folded dim (None: not memoizable)."""
+    """Return what the memo keeps for one folded dim (None: not memoizable)."""
     if isinstance(graph, Constant):
         return int(graph.data)
     node = graph.owner
@@ -111,7 +112,8 @@ def _memo_entry(variable: Variable, dim: int, graph: Variable) -> Any:
 
 
 def is_computable(graph: Variable) -> bool:
-    """Whether ``graph`` is cheap integer arithmetic on constants and shared data.
+    """Return whether ``graph`` is cheap integer arithmetic on constants and shared
+    data.
 
     Its inputs must be constants or shared tensors (not random generators),
     and every value it computes an integer (or boolean) of at most one dim; a larger
@@ -133,7 +135,7 @@ def is_computable(graph: Variable) -> bool:
 
 
 def is_fixed(variable: Variable) -> bool:
-    """Whether ``variable`` is a small integer (or boolean) computable now.
+    """Return whether ``variable`` is a small integer (or boolean) computable now.
 
     A length or a check of lengths, of at most one dim, computed from
     constants and shared variables alone (:func:`is_computable`): it changes
@@ -149,7 +151,9 @@ def is_fixed(variable: Variable) -> bool:
 
 
 def _small_integer(variable: Variable) -> bool:
-    """An integer (or boolean) tensor or scalar (a Subtensor index) of at most one dim."""
+    """Return an integer (or boolean) tensor or scalar (a Subtensor index) of at most
+    one dim.
+    """
     dtype = getattr(variable.type, "dtype", "")
     return (
         isinstance(dtype, str)
@@ -159,7 +163,7 @@ def _small_integer(variable: Variable) -> bool:
 
 
 def evaluate_values(graphs: Sequence[Variable]) -> list[np.ndarray]:
-    """The current values of small integer graphs (see :func:`is_computable`).
+    """Return the current values of small integer graphs (see :func:`is_computable`).
 
     Compiled without rewrites and run in Python: cheap for a few integer
     operations, and nothing else is in these graphs.
@@ -169,7 +173,7 @@ def evaluate_values(graphs: Sequence[Variable]) -> list[np.ndarray]:
 
 
 def _pymc_dims(variable: Variable) -> tuple | None:
-    """The ``dims`` of ``variable`` in the PyMC model being built, if any."""
+    """Return the ``dims`` of ``variable`` in the PyMC model being built, if any."""
     pymc = sys.modules.get("pymc")  # never import PyMC just to ask
     if pymc is None or variable.name is None:
         return None
@@ -185,7 +189,7 @@ def _pymc_dims(variable: Variable) -> tuple | None:
 
 
 def _dim_label(graph: Variable, variable: Variable) -> str:
-    """A short name for a dim's shape graph: a named root, or ``X.shape[1]``.
+    """Return a short name for a dim's shape graph: a named root, or ``X.shape[1]``.
 
     ``?`` when it has none, or when it only reads ``variable``'s own shape.
     """
@@ -240,7 +244,7 @@ class InputDims:
         ]
 
     def current_sizes(self) -> dict[Position, int]:
-        """The current lengths of the computable representatives.
+        """Return the current lengths of the computable representatives.
 
         Empty when there are none, or when evaluating them fails (a shape
         check in the graph, say): they are then only traced symbolically and
@@ -256,7 +260,8 @@ class InputDims:
         return {p: int(value) for p, value in zip(positions, values)}
 
     def describe_unknown(self, current: dict[Position, int] | None = None) -> str:
-        """The inputs with unknown dims, by name and PyMC dims, with current lengths.
+        """Return the inputs with unknown dims, by name and PyMC dims, with current
+        lengths.
 
         ``k (dims ('knot',), length 8 now)``; ``x (shape (?,), length unknown)``.
         """
@@ -291,7 +296,8 @@ class InputDims:
 
 
 def input_dims(variables: Sequence[Variable]) -> InputDims:
-    """What PyTensor knows about the dims of ``variables`` (see :class:`InputDims`).
+    """Return what PyTensor knows about the dims of ``variables`` (see
+    :class:`InputDims`).
 
     Cheap when every dim is static: nothing is folded.
     """

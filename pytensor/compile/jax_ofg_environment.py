@@ -142,7 +142,7 @@ _SOURCE_DIGESTS: dict[str, tuple[tuple[int, ...], str]] = {}
 
 
 def _file_digest(path: str) -> str:
-    """The :func:`digest` of a file's content, read again when its stat changes."""
+    """Return the :func:`digest` of a file's content, read again when its stat changes."""
     stat = os.stat(path)
     # The inode and change time too: a file replaced or edited within the
     # modification time's resolution keeps its size and modification time.
@@ -204,7 +204,7 @@ _METADATA_DIRS = (".dist-info", ".egg-info")
 
 
 def _outside_packages(entries: Iterable[str]) -> list[str]:
-    """The distinct ``entries``, but those inside a package of another entry.
+    """Return the distinct ``entries``, but those inside a package of another entry.
 
     A folder inside an installed package is that package's own
     (``site-packages/setuptools/_vendor``, which setuptools puts on
@@ -247,16 +247,17 @@ def installed_distributions() -> tuple[str, ...]:
 
 
 def installed_distributions_changed() -> bool:
-    """Whether packages were installed, removed or upgraded since this process
-    first looked: its modules in memory may then not be what the disk holds,
-    and no trace is kept (it would be keyed by the wrong environment).
+    """Return whether packages were installed, removed or upgraded since this process
+    first looked: its modules in memory may then not be what the disk holds, and no
+    trace is kept (it would be keyed by the wrong environment).
     """
     return _scan_distributions(tuple(sys.path)) != installed_distributions()
 
 
 def _pytensor_flags() -> list[str]:
-    """The PyTensor flags a trace may read (all but :data:`UNKEYED_FLAGS` and
-    this package's own), with their values now."""
+    """Return the PyTensor flags a trace may read (all but :data:`UNKEYED_FLAGS` and
+    this package's own), with their values now.
+    """
     return [
         f"{name}={value!r}"
         for name, value in compat.pytensor_flags()
@@ -265,7 +266,7 @@ def _pytensor_flags() -> list[str]:
 
 
 def describe_environment() -> str:
-    """The readable form of :func:`environment_fingerprint`.
+    """Return the readable form of :func:`environment_fingerprint`.
 
     Calling it the first time initialises JAX's backends (for the default
     platform): do it when a program is about to be compiled anyway.
@@ -303,7 +304,7 @@ def _variables() -> tuple[tuple[str, str], ...]:
 
 
 def environment_fingerprint() -> str:
-    """A digest of what every traced program depends on besides its function.
+    """Return a digest of what every traced program depends on besides its function.
 
     Python, jax, jaxlib, PyTensor and numpy versions; every installed
     distribution (:func:`installed_distributions`); this project's source

@@ -58,7 +58,7 @@ def mark(error: BaseException, stage: RaisedWhile, note: str) -> None:
 
 
 def raised_while(error: BaseException) -> RaisedWhile | None:
-    """The stage :func:`mark` recorded on ``error``, if any."""
+    """Return the stage :func:`mark` recorded on ``error``, if any."""
     return getattr(error, _MARK, None)
 
 
@@ -88,7 +88,8 @@ _COUNTS_LOCK = threading.Lock()
 
 
 def runtime_error_counts() -> dict[str, int]:
-    """How many calls of each op (or ``mode="JAX"`` program) raised in this process.
+    """Return how many calls of each op (or ``mode="JAX"`` program) raised in this
+    process.
 
     Keys are the ops as printed (``JaxIsland{shift, vjp(shift), +15 PyTensor
     nodes}``). A sampler that turns errors into rejections (nutpie) shows

@@ -44,7 +44,7 @@ __all__ = [
 
 
 def digest(data: str | bytes) -> str:
-    """A short hex digest of ``data`` (text as UTF-8): SHA-256's first 128 bits.
+    """Return a short hex digest of ``data`` (text as UTF-8): SHA-256's first 128 bits.
 
     >>> digest("abc")
     'ba7816bf8f01cfea414140de5dae2223'
@@ -61,7 +61,8 @@ class Undescribable(Exception):
 
 
 def fingerprint(value: Any) -> str | None:
-    """A digest of everything ``value`` computes with, or None if that cannot be known.
+    """Return a digest of everything ``value`` computes with, or None if that cannot be
+    known.
 
     Combine it with :func:`~pytensor.compile.jax_ofg_environment.environment_fingerprint` for a cache key.
 
@@ -83,7 +84,7 @@ def fingerprint_or_raise(value: Any) -> str:
 
 
 def describe(value: Any) -> str | None:
-    """The readable description behind :func:`fingerprint`.
+    """Return the readable description behind :func:`fingerprint`.
 
     None when some part of ``value`` cannot be described faithfully.
 
@@ -227,7 +228,7 @@ def _compute_code_info(code: types.CodeType) -> _CodeInfo:
 
 
 def _const(value: Any) -> str:
-    """A code constant (immutable by construction; never needs back-references)."""
+    """Describe a code constant (immutable by construction; never needs back-references)."""
     if isinstance(value, tuple | frozenset):
         items = [_const(v) for v in value]
         if isinstance(value, frozenset):
@@ -285,7 +286,7 @@ _ATOMS: dict[type, Callable[[Any], str]] = {
 
 @functools.lru_cache(maxsize=4096)
 def _is_c_class(cls: type) -> bool:
-    """Whether instances of ``cls`` may keep state that Python cannot see."""
+    """Return whether instances of ``cls`` may keep state that Python cannot see."""
     if cls in _VALUE_BASES:
         return False
     if not cls.__flags__ & _HEAPTYPE:
@@ -362,11 +363,11 @@ class _Describer:
         raise Undescribable(f"{why}: {type(value).__qualname__}")
 
     def items(self, values: Iterable[Any]) -> str:
-        """The descriptions of ``values``, comma-separated."""
+        """Return the descriptions of ``values``, comma-separated."""
         return ", ".join(self(v) for v in values)
 
     def keyword_items(self, items: Iterable[tuple[str, Any]]) -> str:
-        """``name=description`` of each ``(name, value)``, comma-separated."""
+        """Return ``name=description`` of each ``(name, value)``, comma-separated."""
         return ", ".join(f"{k}={self(v)}" for k, v in items)
 
     # ------------------------------------------------------------ containers
@@ -387,7 +388,9 @@ class _Describer:
         return f"{type(value).__name__}({{{items}}})"
 
     def subclass(self, value: Any) -> str:
-        """An instance of a subclass of a built-in value type (namedtuple, IntEnum...)."""
+        """Describe an instance of a subclass of a built-in value type (namedtuple,
+        IntEnum...).
+        """
         cls = type(value)
         base = next(b for b in cls.__mro__ if b in _VALUE_BASES)
         content = _EXACT[base](self, base(value))
@@ -500,7 +503,9 @@ class _Describer:
             self.refuse(module, "code looking modules up by name")
 
     def imports(self, fn: types.FunctionType, info: _CodeInfo) -> str:
-        """The modules a function imports in its body (``import helpers`` inside it)."""
+        """Return the modules a function imports in its body (``import helpers`` inside
+        it).
+        """
         package = fn.__globals__.get("__package__") or ""
         parts = []
         for name, level in info.imports:
@@ -561,10 +566,11 @@ class _Describer:
     def module(
         self, module: types.ModuleType, attributes: frozenset[str] | None = None
     ) -> str:
-        """A module: a user's by the attributes read; a library's or the standard
+        """Describe a module: a user's by the attributes read; a library's or the standard
         library's by name, and by the plain data it holds that code may read
-        (``sys.argv``, a constant set at run time): its code is pinned, such
-        values are not."""
+        (``sys.argv``, a constant set at run time): its code is pinned, such values are
+        not.
+        """
         kind = module_kind(module.__name__)
         if kind[0] != "user":
             namespace = vars(module)
@@ -599,7 +605,7 @@ class _Describer:
             self.modules.discard(key)
 
     def read_value(self, value: Any, attributes: frozenset[str] | None) -> str:
-        """A value code reads: a module by the ``attributes`` it may read of it."""
+        """Describe a value code reads: a module by the ``attributes`` it may read of it."""
         if isinstance(value, types.ModuleType):
             return self.module(value, attributes)
         return self(value)
@@ -629,7 +635,9 @@ class _Describer:
         return f"class({', '.join(parts)})"
 
     def fields(self, fields: dict) -> str:
-        """A dataclass's field definitions (their types are annotations: left out)."""
+        """Describe a dataclass's field definitions (their types are annotations: left
+        out).
+        """
         return ", ".join(
             f"{name}:{getattr(f, '_field_type', None)!r}"
             f"(default={self(f.default)}, factory={self(f.default_factory)}, "
@@ -701,7 +709,7 @@ class _Describer:
         return self.reduced(value, header)
 
     def jitted(self, header: str, wrapped: Any, info: Any) -> str:
-        """A ``jax.jit`` function: what it wraps, and its options."""
+        """Describe a ``jax.jit`` function: what it wraps, and its options."""
         if isinstance(wrapped, types.FunctionType):
             kind = module_kind(wrapped.__globals__.get("__name__"))
             if kind[0] != "user" and "<locals>" not in wrapped.__qualname__:
@@ -723,7 +731,7 @@ class _Describer:
         return f"<pytree {self.treedef(treedef)}: ({self.items(leaves)})>"
 
     def reduced(self, value: Any, header: str) -> str:
-        """What ``pickle`` would save: the last way to see an object's state."""
+        """Describe what ``pickle`` would save: the last way to see an object's state."""
         try:
             reduced = value.__reduce_ex__(4)
         except Exception:
@@ -737,12 +745,12 @@ class _Describer:
         return f"{header}<{self.items(parts)}>"
 
     def state(self, value: Any) -> str:
-        """``, name=value...`` for an object's ``__dict__`` and slots."""
+        """Return ``, name=value...`` for an object's ``__dict__`` and slots."""
         return "".join(f", {k}={self(v)}" for k, v in _state(value))
 
     # ------------------------------------------------------------- PyTensor
     def props(self, value: Op | Type) -> str:
-        """An op's or a type's ``__props__``, or else its state."""
+        """Describe an op's or a type's ``__props__``, or else its state."""
         props = getattr(value, "__props__", None)
         if props is None:
             return self.state(value)[2:]
@@ -789,7 +797,7 @@ class _Describer:
 
     # ------------------------------------------------------------ tree defs
     def treedef(self, treedef: Any, depth: int = 0) -> str:
-        """A tree structure, node by node: node types and their auxiliary data.
+        """Describe a tree structure, node by node: node types and their auxiliary data.
 
         Its ``str`` would show auxiliary data by ``repr``, which may be lossy or
         show addresses; the structure itself describes it exactly.
@@ -809,8 +817,9 @@ _PLAIN_ATOMS = (type(None), bool, int, float, complex, str, bytes, np.generic)
 
 
 def _is_plain_data(value: Any, depth: int = 0) -> bool:
-    """Whether ``value`` is data a module holds (numbers, strings, arrays and
-    containers of them), not code, classes or modules (pinned by versions)."""
+    """Return whether ``value`` is data a module holds (numbers, strings, arrays and
+    containers of them), not code, classes or modules (pinned by versions).
+    """
     if isinstance(value, (*_PLAIN_ATOMS, np.ndarray)):
         return not isinstance(value, np.ndarray) or not value.dtype.hasobject
     if depth > 4 or not isinstance(value, tuple | list | dict | set | frozenset):
@@ -822,8 +831,9 @@ def _is_plain_data(value: Any, depth: int = 0) -> bool:
 
 
 def _max_nesting() -> int:
-    """How deep a description may nest: well before Python's recursion limit,
-    where even an audit hook fails (``Exception ignored in audit hook``)."""
+    """Return how deep a description may nest: well before Python's recursion limit,
+    where even an audit hook fails (``Exception ignored in audit hook``).
+    """
     return sys.getrecursionlimit() // 8
 
 
@@ -861,7 +871,7 @@ def _state(value: Any) -> list[tuple[str, Any]]:
 
 
 def _importable_name(value: Any) -> str | None:
-    """``module.qualname`` when ``value`` is that attribute of a library module.
+    """Return ``module.qualname`` when ``value`` is that attribute of a library module.
 
     A library's own module-level object (``numpy.sin``, ``jax.nn.relu``) is
     what that library's version defines: its name describes it, as ``pickle``
@@ -882,7 +892,8 @@ def _importable_name(value: Any) -> str | None:
 
 
 def _user_lowering(op_type: type) -> Any:
-    """The JAX lowering (``jax_funcify``) user code registered for ``op_type``, if any.
+    """Return the JAX lowering (``jax_funcify``) user code registered for ``op_type``,
+    if any.
 
     PyTensor's own lowerings and this project's are pinned by their
     versions; none is registered before PyTensor's JAX backend is imported.
@@ -897,7 +908,7 @@ def _user_lowering(op_type: type) -> Any:
 
 
 def _pytree_registration(cls: type) -> Any:
-    """The flatten/unflatten functions JAX holds for a user's pytree class.
+    """Return the flatten/unflatten functions JAX holds for a user's pytree class.
 
     Read from JAX's registry (private); a JAX without it cannot describe a
     user's pytree class faithfully, so the description is refused.

@@ -44,7 +44,7 @@ def _is_array(leaf: Any) -> bool:
 
 
 def _short(value: Any, width: int = 40) -> str:
-    """A short, stable description of a static value for op names."""
+    """Return a short, stable description of a static value for op names."""
     if _is_array(value):
         array = np.asarray(value)
         dims = ",".join(map(str, array.shape))
@@ -58,7 +58,7 @@ def _short(value: Any, width: int = 40) -> str:
 
 
 def static_key(value: Any) -> Hashable:
-    """The identity of a static leaf: equal keys mean interchangeable values.
+    """Return the identity of a static leaf: equal keys mean interchangeable values.
 
     Arrays are compared by dtype, shape and content; hashable values by type
     and value (so ``1``, ``1.0`` and ``True`` differ); anything unhashable by
@@ -129,7 +129,8 @@ def _lookup(module: str, qualname: str) -> Any:
 
 
 def shadowing_wrapper_name(fn: Callable) -> tuple[str, str] | None:
-    """``(module, qualname)`` of the decorator that replaced ``fn`` in its module.
+    """Return ``(module, qualname)`` of the decorator that replaced ``fn`` in its
+    module.
 
     ``@as_jax_op`` at module level rebinds the function's name to the wrapper,
     so ``pickle`` can no longer find the function by name ("not the same
@@ -156,7 +157,9 @@ def wrapped_function(module: str, qualname: str) -> Callable:
 
 
 def _picklable_function(fn: Callable) -> Any:
-    """What pickles in place of ``fn``: a reference through its wrapper if shadowed."""
+    """Return what pickles in place of ``fn``: a reference through its wrapper if
+    shadowed.
+    """
     name = shadowing_wrapper_name(fn)
     return fn if name is None else _PickledAs(wrapped_function, name)
 
@@ -173,7 +176,7 @@ class _PickledAs:
 
 
 def picklable_treedef(treedef: Any) -> Any:
-    """What pickles in place of ``treedef``: its nodes, rebuilt on unpickling.
+    """Return what pickles in place of ``treedef``: its nodes, rebuilt on unpickling.
 
     A pickled ``PyTreeDef`` keeps its nodes' auxiliary data by value, which
     breaks node types that compare it by identity (equinox modules keep a
@@ -313,7 +316,7 @@ class FlatJaxFunction(InnerFunction):
         return leaves, OutputLayout(treedef, kinds, statics)
 
     def _checked_leaves(self, kind: str, arrays: Sequence[Any]) -> list[Any]:
-        """The output leaves of ``kind``, once the output structure is checked."""
+        """Return the output leaves of ``kind``, once the output structure is checked."""
         leaves, layout = self.trace(*arrays)
         expected = self.layout
         if expected is not None and expected.declared:
@@ -336,15 +339,15 @@ class FlatJaxFunction(InnerFunction):
         return [leaf for leaf, k in zip(leaves, layout.kinds) if k == kind]
 
     def __call__(self, *arrays: Any) -> ArrayTuple:
-        """The array outputs, in pytree order (what the op outputs)."""
+        """Return the array outputs, in pytree order (what the op outputs)."""
         return tuple(self._checked_leaves("array", arrays))
 
     def callables(self, *arrays: Any) -> list[Callable]:
-        """The callable outputs, in pytree order (what symbolic callables hold)."""
+        """Return the callable outputs, in pytree order (what symbolic callables hold)."""
         return self._checked_leaves("callable", arrays)
 
     def describe(self) -> str:
-        """``name(argument=static, ...)``: what the function bakes in.
+        """Return ``name(argument=static, ...)``: what the function bakes in.
 
         >>> def scale(x, y, *, factor):
         ...     return factor * x
@@ -358,7 +361,7 @@ class FlatJaxFunction(InnerFunction):
         return f"{self.name}({', '.join(parts)})" if parts else self.name
 
     def _labelled_leaves(self) -> list[tuple[str, LeafSpec]]:
-        """The baked-in leaves, labelled by argument name and pytree path."""
+        """Return the baked-in leaves, labelled by argument name and pytree path."""
         try:
             parameters = inspect.signature(self.fn).parameters
             args, kwargs = jax.tree_util.tree_unflatten(self.treedef, self.leaves)

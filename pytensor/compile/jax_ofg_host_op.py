@@ -59,11 +59,11 @@ class JaxHostOp:
     static_inputs: tuple[int, ...] = ()
 
     def jax_callable(self) -> Callable[..., tuple]:
-        """The JAX function of the op's inputs, returning a tuple of outputs."""
+        """Return the JAX function of the op's inputs, returning a tuple of outputs."""
         raise NotImplementedError
 
     def wrapped_function_names(self) -> list[str]:
-        """The wrapped JAX functions the op runs, for error messages."""
+        """Return the wrapped JAX functions the op runs, for error messages."""
         return [str(self)]
 
     def error_hint(self) -> str:
@@ -123,7 +123,8 @@ class JaxHostOp:
         )
 
     def _program(self, program: Program) -> Callable[..., list[np.ndarray]]:
-        """``program`` on host arrays, returning its buffers as (read-only) NumPy arrays.
+        """Return ``program`` on host arrays, returning its buffers as (read-only) NumPy
+        arrays.
 
         The one place a host call enters JAX: it refuses to run in a process
         forked after JAX started (JAX would deadlock), and names this op and
@@ -144,7 +145,7 @@ class JaxHostOp:
         return call
 
     def _shapes_of_outputs(self, program: Program) -> Callable[..., tuple]:
-        """The output shapes for some inputs, from the trace that served them."""
+        """Return the output shapes for some inputs, from the trace that served them."""
         static = tuple(tuple(t.shape) for t in self.output_types)
         if not any(None in shape for shape in static):
             return lambda *inputs: static
@@ -162,7 +163,8 @@ class JaxHostOp:
         return output_shapes
 
     def host_function(self) -> HostFunction:
-        """The jitted function on host arrays (thunks hold it for their lifetime).
+        """Return the jitted function on host arrays (thunks hold it for their
+        lifetime).
 
         JAX buffers are read-only and may alias inputs or constants. Outputs
         flagged in :attr:`copied_outputs` (default: all) are private, writeable
@@ -211,7 +213,8 @@ class JaxHostOp:
         return host_call
 
     def buffers_function(self) -> Callable[..., tuple]:
-        """The jitted function's packed buffers on host arrays, for compiled unpacking.
+        """Return the jitted function's packed buffers on host arrays, for compiled
+        unpacking.
 
         Returns one read-only 1-d NumPy array per dtype of :attr:`packing`,
         then, when some output's shape is not static, an ``int64`` vector of
@@ -271,7 +274,7 @@ def writable_outputs(node: Apply) -> tuple[bool, ...]:
 
 
 def input_cells(node: Apply, storage_map) -> list[list]:
-    """The storage cells a thunk of ``node`` reads its inputs from.
+    """Return the storage cells a thunk of ``node`` reads its inputs from.
 
     A constant's value (an island's data) is put on JAX's device once, here,
     not copied there at every call.
@@ -283,7 +286,8 @@ def input_cells(node: Apply, storage_map) -> list[list]:
 
 
 def one_jax_op(fgraph) -> Apply | None:
-    """The graph's one node when it is a :class:`JaxHostOp` over the graph's inputs.
+    """Return the graph's one node when it is a :class:`JaxHostOp` over the graph's
+    inputs.
 
     The node's other inputs are constants (an island's data), and every output
     of the graph is one of the node's: calling the op's host function is then
@@ -303,7 +307,7 @@ def one_jax_op(fgraph) -> Apply | None:
 
 
 def graph_holds_jax_ops(outputs: Iterable[Any]) -> bool:
-    """Whether the graph of ``outputs`` holds an op that runs JAX code.
+    """Return whether the graph of ``outputs`` holds an op that runs JAX code.
 
     :class:`JaxHostOp` nodes count, also inside the inner graphs of other ops
     (``OpFromGraph``, ``Scan``, PyMC's symbolic random variables).
@@ -320,7 +324,7 @@ def graph_holds_jax_ops(outputs: Iterable[Any]) -> bool:
 
 
 def wrapped_functions_in(outputs: Iterable[Any]) -> list[str]:
-    """The wrapped JAX functions the graph of ``outputs`` runs, in graph order."""
+    """Return the wrapped JAX functions the graph of ``outputs`` runs, in graph order."""
     names: dict[str, None] = {}
     for node in apply_ancestors(list(outputs)):
         if isinstance(node.op, JaxHostOp):

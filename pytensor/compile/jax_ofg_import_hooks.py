@@ -55,7 +55,7 @@ _LOCK = threading.Lock()
 
 
 def after_import(name: str, callback: Callback) -> None:
-    """``callback(module)`` now if ``name`` is imported, else right after it is."""
+    """Call ``callback(module)`` now if ``name`` is imported, else right after it is."""
     with _LOCK:
         module = sys.modules.get(name)
         if module is None:

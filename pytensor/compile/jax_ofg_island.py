@@ -95,7 +95,7 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
 
     # ----------------------------------------------------------- readability
     def wrapped_functions(self) -> list[str]:
-        """The names of the wrapped JAX functions inside, in graph order."""
+        """Return the names of the wrapped JAX functions inside, in graph order."""
         return [
             node.op.describe()
             for node in self.fgraph.toposort()
@@ -234,7 +234,9 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
     def _falling_back(
         self, make_jax_call: Callable[[], Callable], from_outputs: Callable
     ) -> Callable:
-        """``make_jax_call()``, or the inner graph through PyTensor once JAX cannot."""
+        """Return ``make_jax_call()``, or the inner graph through PyTensor once JAX
+        cannot.
+        """
         fallback: Callable | None = None
         try:
             jax_call = make_jax_call()
@@ -260,7 +262,9 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
         return call
 
     def _fits(self, inputs: Sequence[Any]) -> bool:
-        """Whether ``inputs`` are arrays (NumPy's, or JAX's for its data) of its dtypes and ranks."""
+        """Return whether ``inputs`` are arrays (NumPy's, or JAX's for its data) of its
+        dtypes and ranks.
+        """
         return len(inputs) == len(self.input_types) and all(
             isinstance(x, np.ndarray | np.generic | jax.Array)
             and x.dtype == t.dtype

@@ -187,7 +187,7 @@ def flat_function(
 def _of_graph_inputs(
     op_function: Callable, node: Apply, fgraph: FunctionGraph
 ) -> Callable[..., Any]:
-    """``op_function`` of ``node``'s inputs as a function of ``fgraph``'s inputs.
+    """Return ``op_function`` of ``node``'s inputs as a function of ``fgraph``'s inputs.
 
     ``node``'s constants (an island's data) are put on JAX's device once, as
     the Numba linker's thunks hold them.
@@ -302,12 +302,16 @@ def expand_callback(
 
 
 def _shared_values(model: Any, function: Any) -> list[np.ndarray]:
-    """The values nutpie holds for ``function``'s shared variables, in input order."""
+    """Return the values nutpie holds for ``function``'s shared variables, in input
+    order.
+    """
     return [model.shared_data[model.shared_var_keys[v]] for v in function.get_shared()]
 
 
 def with_host_callbacks(model: Any) -> Any:
-    """nutpie's compiled ``model`` with its functions called through host callbacks."""
+    """Return nutpie's compiled ``model`` with its functions called through host
+    callbacks.
+    """
     logp = logp_callback(
         flat_function(model.logp_func),
         model.n_dim,
@@ -326,7 +330,9 @@ def with_host_callbacks(model: Any) -> Any:
 
 @functools.cache
 def host_callback_model_class(base: type) -> type:
-    """nutpie's ``CompiledPyMCModel`` (``base``), whose ``with_data`` keeps host callbacks."""
+    """Return nutpie's ``CompiledPyMCModel`` (``base``), whose ``with_data`` keeps host
+    callbacks.
+    """
 
     @dataclasses.dataclass(frozen=True)
     class HostCallbackPyMCModel(base):
@@ -344,7 +350,8 @@ def compile_with_host_callbacks(
     pymc_initial_point_fn: Callable,
     var_names: Sequence[str] | None = None,
 ) -> Any:
-    """nutpie's Numba-backend compilation of ``model``, with host callbacks for cfuncs.
+    """Return nutpie's Numba-backend compilation of ``model``, with host callbacks for
+    cfuncs.
 
     What ``nutpie.compile_pymc._compile_pymc_model_numba`` does, up to the
     two ``numba.cfunc`` calls: PyTensor's Numba functions, nutpie's copies of

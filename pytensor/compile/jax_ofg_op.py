@@ -166,7 +166,8 @@ class OpFromJax(JaxHostOp, Op):
         inputs: InputMap = INPUTS_AT_SAME_POSITIONS,
         leading_dims: tuple[int | str | None, ...] = (),
     ) -> OpFromJax:
-        """An op computed from this one: a derivative, a vmap, a fused or baked form.
+        """Return an op computed from this one: a derivative, a vmap, a fused or baked
+        form.
 
         Parameters
         ----------
@@ -224,7 +225,7 @@ class OpFromJax(JaxHostOp, Op):
         return f"{type(self).__name__}{{{self.describe()}}}"
 
     def describe(self) -> str:
-        """The name, with the static arguments baked into the function."""
+        """Return the name, with the static arguments baked into the function."""
         describe = getattr(self.fn, "describe", None)
         if describe is None or self.name != self.fn.name:
             return self.name  # a derived op (vjp, vmap...) or a flat function
@@ -256,7 +257,7 @@ class OpFromJax(JaxHostOp, Op):
 
     # ----------------------------------------------------------------- running
     def traced_fn(self, *arrays: Any) -> tuple:
-        """The inner function, checking its outputs against the declared types.
+        """Return the inner function, checking its outputs against the declared types.
 
         The check runs while JAX traces (once per input shape signature), so
         it costs nothing per call.
@@ -376,7 +377,7 @@ class OpFromJax(JaxHostOp, Op):
         ]
 
     def input_dims(self, index: int) -> tuple[int | str, ...]:
-        """The dims of input ``index``: static sizes, else its symbols."""
+        """Return the dims of input ``index``: static sizes, else its symbols."""
         shape = self.input_types[index].shape
         return tuple(
             symbol_name(index, j) if d is None else d for j, d in enumerate(shape)

@@ -58,7 +58,7 @@ class DtypePacking:
             ) from None
 
     def pack(self, arrays: Sequence[Any]) -> tuple:
-        """The (traced) arrays, raveled and concatenated by dtype."""
+        """Return the (traced) arrays, raveled and concatenated by dtype."""
         groups: list[list] = [[] for _ in self.dtypes]
         for array in arrays:
             groups[self.buffer_of(dtype_name(array))].append(jnp.ravel(array))
@@ -77,7 +77,7 @@ class DtypePacking:
         )
 
     def plan(self, shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str]) -> Plan:
-        """Where arrays of ``shapes`` and ``dtypes`` lie in the packed buffers."""
+        """Return where arrays of ``shapes`` and ``dtypes`` lie in the packed buffers."""
         offsets = [0] * len(self.dtypes)
         plan = []
         for shape, dtype in zip(shapes, dtypes):
@@ -88,11 +88,13 @@ class DtypePacking:
         return plan
 
     def packs(self, arrays: Sequence[Any]) -> bool:
-        """Whether every array's dtype has a buffer."""
+        """Return whether every array's dtype has a buffer."""
         return {dtype_name(array) for array in arrays} <= set(self.dtypes)
 
     def fits(self, vectors: Sequence[Any], like: Sequence[Any]) -> bool:
-        """Whether arrays shaped and typed ``like`` pack into exactly ``vectors``."""
+        """Return whether arrays shaped and typed ``like`` pack into exactly
+        ``vectors``.
+        """
         if not self.packs(like):
             return False
         lengths = [0] * len(self.dtypes)
@@ -101,7 +103,7 @@ class DtypePacking:
         return [v.shape[0] for v in vectors] == lengths
 
     def unpack(self, vectors: Sequence[Any], like: Sequence[Any]) -> list[Any]:
-        """The arrays packed into ``vectors``, shaped and typed ``like``."""
+        """Return the arrays packed into ``vectors``, shaped and typed ``like``."""
         plan = self.plan([a.shape for a in like], [dtype_name(a) for a in like])
         return [
             vectors[buffer][start:stop].reshape(shape)

@@ -31,7 +31,8 @@ __all__ = ["Program", "static_value"]
 
 
 def static_value(x: Any) -> int | tuple[int, ...]:
-    """A static input as ``jax.jit`` takes it: a Python integer, or a tuple of them.
+    """Return a static input as ``jax.jit`` takes it: a Python integer, or a tuple of
+    them.
 
     >>> static_value(np.array(3)), static_value(np.array([2, 5]))
     (3, (2, 5))
@@ -62,7 +63,9 @@ _LOCATION = re.compile(r"\s*loc\([^()]*(\([^()]*\)[^()]*)*\)")
 
 
 def _module_text(entry: Exported | NotExportable) -> str:
-    """The program without source locations (they follow line numbers), for ``verify``."""
+    """Return the program without source locations (they follow line numbers), for
+    ``verify``.
+    """
     if isinstance(entry, NotExportable):
         return entry.reason
     text = jax.export.deserialize(bytearray(entry.serialized)).mlir_module()
@@ -143,19 +146,24 @@ class Program:
         self._first_call_passed: bool | None = None
 
     def signature(self, inputs: Sequence[Any]) -> tuple:
-        """What the program's trace depends on: input shapes, static input values."""
+        """Return what the program's trace depends on: input shapes, static input
+        values.
+        """
         return (
             tuple(tuple(getattr(x, "shape", None) or jnp.shape(x)) for x in inputs),
             tuple(static_value(inputs[i]) for i in self.static),
         )
 
     def is_current(self) -> bool:
-        """Whether it may serve a later compile: every trace it made was kept by
-        the trace cache (what the others depended on was not seen)."""
+        """Return whether it may serve a later compile: every trace it made was kept by
+        the trace cache (what the others depended on was not seen).
+        """
         return self.unproven is None
 
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
-        """The packed output buffers for host ``inputs``, as (read-only) NumPy arrays."""
+        """Return the packed output buffers for host ``inputs``, as (read-only) NumPy
+        arrays.
+        """
         if self.static:
             inputs = tuple(
                 static_value(x) if i in self.static else x for i, x in enumerate(inputs)
@@ -189,15 +197,16 @@ class Program:
             raise ValueError(str(error)) from None
 
     def shapes_for(self, inputs: Sequence[Any]) -> tuple:
-        """The output shapes for ``inputs`` (traced at their first call)."""
+        """Return the output shapes for ``inputs`` (traced at their first call)."""
         key = self.signature(inputs)
         if key not in self.output_shapes:  # the trace is watched: see __init__
             jax.eval_shape(*self._of_dynamic(inputs))
         return self.output_shapes[key]
 
     def _of_dynamic(self, inputs: Sequence[Any]) -> tuple[Callable, list]:
-        """The program as a function of ``inputs``' dynamic ones (the static ones
-        fixed), and those dynamic inputs."""
+        """Return the program as a function of ``inputs``' dynamic ones (the static ones
+        fixed), and those dynamic inputs.
+        """
 
         def function(*dynamic):
             values = iter(dynamic)

@@ -34,7 +34,7 @@ SAFE_START_METHOD = (
 
 
 def model_holds_jax_ops(model: Any) -> bool:
-    """Whether a PyMC model's variables or its log-density hold JAX ops.
+    """Return whether a PyMC model's variables or its log-density hold JAX ops.
 
     The log-density graph is built only when the variables hold none: it is
     where the ``logp=`` function of a ``pm.CustomDist`` first runs.

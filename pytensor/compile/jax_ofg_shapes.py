@@ -61,14 +61,17 @@ class ShapeInferenceError(ValueError):
 
 
 def symbol_name(input_index: int, dim: int) -> str:
-    """The JAX symbolic dimension standing for ``inputs[input_index].shape[dim]``."""
+    """Return the JAX symbolic dimension standing for
+    ``inputs[input_index].shape[dim]``.
+    """
     return f"s{input_index}_{dim}"
 
 
 def symbolic_shapes(
     shapes: Sequence[tuple], same_as: Sequence[tuple] | None = None
 ) -> list[tuple]:
-    """The shapes with every unknown (None) dim a JAX symbol named by :func:`symbol_name`.
+    """Return the shapes with every unknown (None) dim a JAX symbol named by
+    :func:`symbol_name`.
 
     ``same_as`` (see :class:`~pytensor.compile.jax_ofg_dims.InputDims`) gives
     dims proven equal one symbol, named after the first of them.
@@ -89,7 +92,7 @@ def symbolic_shapes(
 
 
 def stand_in_shapes(shapes: Sequence[tuple], size: int) -> list[tuple]:
-    """The shapes with every unknown (None) dim set to ``size``."""
+    """Return the shapes with every unknown (None) dim set to ``size``."""
     return [tuple(size if d is None else d for d in shape) for shape in shapes]
 
 
@@ -98,7 +101,7 @@ def _at_lengths(
     lengths: Mapping[Position, int],
     same_as: Sequence[tuple] | None = None,
 ) -> list[tuple]:
-    """The shapes with each unknown dim set to its length in ``lengths``, if any.
+    """Return the shapes with each unknown dim set to its length in ``lengths``, if any.
 
     ``lengths`` is keyed by the position of each dim's representative (see
     ``same_as`` in :func:`symbolic_shapes`); the other unknown dims stay None.
@@ -117,7 +120,8 @@ def fallback_shapes(
     current: Mapping[Position, int],
     same_as: Sequence[tuple] | None = None,
 ) -> list[tuple[str, list[tuple]]]:
-    """The input shapes to trace with when the symbolic trace fails, and their labels.
+    """Return the input shapes to trace with when the symbolic trace fails, and their
+    labels.
 
     In order: the ``current`` lengths (by representative position; the
     unknown dims without one stay symbolic), then each of
@@ -205,7 +209,9 @@ class InputMap:
     shapes: tuple[tuple[int | None, ...], ...] = ()
 
     def symbol(self, i: int, j: int) -> str:
-        """The derived op's name for dim ``j`` of input ``i`` (a size if baked in)."""
+        """Return the derived op's name for dim ``j`` of input ``i`` (a size if baked
+        in).
+        """
         new_index = self.index[i] if self.index else i
         if new_index is None:
             return f"({self.shapes[i][j]})"
@@ -214,7 +220,7 @@ class InputMap:
         )
 
     def rename(self, expression: int | str | None) -> int | str | None:
-        """A dim expression of the original op, in the derived op's symbols."""
+        """Return a dim expression of the original op, in the derived op's symbols."""
         if not isinstance(expression, str):
             return expression
         return _SYMBOL.sub(lambda m: self.symbol(int(m[1]), int(m[2])), expression)
@@ -435,7 +441,7 @@ def _inference_error(
     current: Mapping[tuple[int, int], int],
     describe_call: Callable[[], str],
 ) -> ShapeInferenceError:
-    """The error when no trace (or only one stand-in trace) succeeded.
+    """Return the error when no trace (or only one stand-in trace) succeeded.
 
     It reports the failure at the current lengths when they were tried (the
     sizes the model has), else the last one; names the inputs of unknown
@@ -517,7 +523,7 @@ _ABOVE_ANY_DIM = 2**40
 
 
 def _clamp_at_zero(a):
-    """``max(a, 0)`` for integers ``|a| < 2**40``, with + - * // only."""
+    """Return ``max(a, 0)`` for integers ``|a| < 2**40``, with + - * // only."""
     if isinstance(a, int):
         return max(a, 0)
     return a * ((a + _ABOVE_ANY_DIM) // _ABOVE_ANY_DIM)
@@ -554,7 +560,7 @@ def contradicted_dim(
     shape: Sequence[int],
     input_shapes: Sequence[Sequence[int]],
 ) -> tuple[int, int] | None:
-    """The first dim of a computed output that contradicts the op's output dims.
+    """Return the first dim of a computed output that contradicts the op's output dims.
 
     Returns ``(dim, expected)``, where ``expected`` is the declared size or
     the declared expression evaluated for ``input_shapes``; None when all
@@ -579,7 +585,7 @@ def _symbol_env(shapes: Sequence[Sequence[int]]) -> dict[str, int]:
 
 
 def describe_symbol(symbol: str) -> str:
-    """``"s1_0"`` -> ``"dim 0 of input 1"``."""
+    """Describe a dim symbol: ``"s1_0"`` -> ``"dim 0 of input 1"``."""
     match = _SYMBOL.fullmatch(symbol)
     return f"dim {match[2]} of input {match[1]}" if match else symbol
 
@@ -607,7 +613,7 @@ def dim_to_tensor(expression: int | str, env: Mapping[str, Any]) -> Any:
 
 
 def _evaluate_int(expression: str, env: Mapping[str, int]) -> int:
-    """The value of a JAX dim expression for integer symbols, clamped at 0."""
+    """Return the value of a JAX dim expression for integer symbols, clamped at 0."""
     try:
         return dim_to_tensor(expression, env)
     except ValueError:

@@ -95,12 +95,12 @@ def add_config_flag() -> None:
 
 
 def mode() -> str:
-    """``"on"``, ``"off"`` or ``"verify"`` (the flag)."""
+    """Return ``"on"``, ``"off"`` or ``"verify"`` (the flag)."""
     return _mode_value(getattr(config, "jax_ofg__trace_cache", "off"))
 
 
 def trace_cache_dir() -> Path | None:
-    """Where traces are kept on disk; None when that is off."""
+    """Return where traces are kept on disk; None when that is off."""
     if mode() == "off":
         return None
     return Path(config.compiledir) / "jax_ofg_traces"
@@ -139,7 +139,7 @@ def uncached(name: str, kind: str, reason: str) -> None:
 
 @contextlib.contextmanager
 def unproven_traces() -> Iterator[list[str]]:
-    """The traces of this block (in this thread) that were not cached, and why.
+    """Yield the traces of this block (in this thread) that were not cached, and why.
 
     An object built from such a trace (a host call's program) may not be
     reused later in the process either: what it depended on was not seen.
@@ -157,8 +157,9 @@ def unproven_traces() -> Iterator[list[str]]:
 
 # ---------------------------------------------------------------------- keys
 def key_of(kind: str, parts: Any) -> tuple[str, frozenset]:
-    """The key of a ``kind`` entry for what ``parts`` describe, and the user code
-    the key covers; raises Undescribable."""
+    """Return the key of a ``kind`` entry for what ``parts`` describe, and the user code
+    the key covers; raises Undescribable.
+    """
     text, codes = describe_with_code(parts)
     return digest(f"{FORMAT}|{kind}|{text}|{environment_fingerprint()}"), codes
 
@@ -190,7 +191,7 @@ class BoundedCache:
         self._lock = threading.Lock()
 
     def peek(self, key: Hashable) -> Any:
-        """The value under ``key``, or None (marks it recently used)."""
+        """Return the value under ``key``, or None (marks it recently used)."""
         with self._lock:
             value = self._entries.get(key)
             if value is not None:
@@ -230,7 +231,8 @@ def cached[T](
     persist: bool = True,
     differs: Callable[[T, T], str | None] | None = None,
 ) -> T:
-    """What ``compute()`` traces, from the cache when an entry for ``parts`` exists.
+    """Return what ``compute()`` traces, from the cache when an entry for ``parts``
+    exists.
 
     A miss runs ``compute()`` under :func:`~pytensor.compile.jax_ofg_trace_watch.watching`
     and keeps the result only when the watch saw nothing the key does not
@@ -303,10 +305,10 @@ def _not_equal(cached_value: Any, fresh: Any) -> str | None:
 
 
 def proven_trace[R](compute: Callable[[], R], parts: Any) -> tuple[R, str | None]:
-    """``compute()``, a trace of what ``parts`` describe made outside the cache
-    (``jax.jit`` tracing a program), and why it is unproven (None: the watch
-    saw only what the key of ``parts`` describes, so it may be reused in this
-    process)."""
+    """Return ``compute()``, a trace of what ``parts`` describe made outside the cache
+    (``jax.jit`` tracing a program), and why it is unproven (None: the watch saw only
+    what the key of ``parts`` describes, so it may be reused in this process).
+    """
     with paused():
         try:
             key, covered = key_of("proven", parts)
@@ -320,14 +322,14 @@ def proven_trace[R](compute: Callable[[], R], parts: Any) -> tuple[R, str | None
 
 
 def _watched[R](compute: Callable[[], R], covered: frozenset) -> tuple[R, str | None]:
-    """``compute()``, and why its trace may not be kept (None: it may)."""
+    """Return ``compute()``, and why its trace may not be kept (None: it may)."""
     with watching(covered) as watch:
         value = compute()
     return value, watch.refusal
 
 
 def _changed_meanwhile(kind: str, parts: Any, key: str) -> str | None:
-    """Why an entry traced under ``key`` may not be kept after all, or None."""
+    """Return why an entry traced under ``key`` may not be kept after all, or None."""
     try:
         now, _ = key_of(kind, parts)
     except Undescribable as error:
@@ -422,7 +424,7 @@ def _prune(folder: Path) -> None:
 
 
 def trace_cache_info() -> dict[str, Any]:
-    """The cache's state: where it is, its size, and what it did in this process.
+    """Return the cache's state: where it is, its size, and what it did in this process.
 
     ``path``, ``entries`` and ``bytes`` describe the disk folder (None, 0, 0
     when the cache is off); ``hits``, ``misses``, ``verified`` (hits checked

@@ -360,7 +360,7 @@ def _end_watch(state: _ThreadState, ident: int) -> None:
 
 
 def fresh_trace_context() -> Any:
-    """A context in which JAX reuses no trace made before (``jax.jit``'s tracing
+    """Return a context in which JAX reuses no trace made before (``jax.jit``'s tracing
     cache, the jaxprs of control flow): the user's Python runs again.
 
     A jitted helper that reads a file when it is traced gives the file's
@@ -371,7 +371,9 @@ def fresh_trace_context() -> Any:
 
 @contextlib.contextmanager
 def paused() -> Iterator[None]:
-    """What runs in this block is no part of a watched trace (the cache's own work)."""
+    """Pause the watch: what runs in this block is no part of a watched trace (the
+    cache's own work).
+    """
     state = _STATES.get(_get_ident())
     if state is None:
         yield
@@ -466,7 +468,7 @@ _CONFIG_GET = compat.flag_getter_code()
 
 
 def _module_of(frame: types.FrameType | None) -> str | None:
-    """The module a frame's code belongs to.
+    """Return the module a frame's code belongs to.
 
     Code that a library generates with ``exec`` may run in globals without a
     ``__name__``: equinox's pytree functions of module classes (their file
@@ -588,7 +590,9 @@ _NAMED_FUNCTION_TYPES = frozenset(
 
 
 def _defining_class(cls: type, name: str) -> type:
-    """The first class in ``cls``'s MRO defining ``name`` in C (a bound C method's)."""
+    """Return the first class in ``cls``'s MRO defining ``name`` in C (a bound C
+    method's).
+    """
     for klass in cls.__mro__:
         member = vars(klass).get(name)
         if member is not None and not isinstance(
@@ -599,7 +603,7 @@ def _defining_class(cls: type, name: str) -> type:
 
 
 def _c_name(callable_: Any, cls: type) -> tuple[str, str]:
-    """The module and qualified name of a C callable."""
+    """Return the module and qualified name of a C callable."""
     if cls is types.BuiltinFunctionType:
         owner = callable_.__self__
         if owner is None or isinstance(owner, types.ModuleType):
@@ -652,7 +656,7 @@ def _is_c_class(cls: type) -> bool:
 
 
 def _class_kind(cls: type) -> int:
-    """A class called: as pure as the least pure C class it builds on."""
+    """Return the kind of a class called: that of the least pure C class it builds on."""
     kinds = [
         _kind_of_name(base.__module__, base.__qualname__)
         for base in cls.__mro__
@@ -668,7 +672,7 @@ def _inherited_call(cls: type) -> Any:
 
 
 def _verdict_key(callable_: Any, cls: type) -> Any:
-    """What the verdict on ``callable_`` depends on (cached under it)."""
+    """Return what the verdict on ``callable_`` depends on (cached under it)."""
     if cls is types.BuiltinFunctionType:
         owner = callable_.__self__
         if owner is None or isinstance(owner, types.ModuleType | type):
@@ -684,7 +688,7 @@ def _verdict_key(callable_: Any, cls: type) -> Any:
 
 
 def _callable_verdict(callable_: Any, cls: type) -> tuple[int, str]:
-    """``(kind, "module.name")`` of what is called."""
+    """Return ``(kind, "module.name")`` of what is called."""
     if cls is types.MethodType:
         function = callable_.__func__
         if type(function) is types.FunctionType:
@@ -744,7 +748,7 @@ def _on_call(code: types.CodeType, offset: int, callable_: Any, arg0: Any) -> An
 
 
 def _check_argument(state: _ThreadState, code: types.CodeType, value: Any) -> None:
-    """A callable handed to a function that calls it (``map(os.stat, paths)``)."""
+    """Check a callable handed to a function that calls it (``map(os.stat, paths)``)."""
     cls = type(value)
     if cls is types.FunctionType:
         return

@@ -34,7 +34,7 @@ from pytensor.graph.basic import Apply
 def _restrict(
     fn: Callable, primals: Sequence[Any], wrt: Sequence[bool]
 ) -> tuple[Callable, list[Any]]:
-    """``fn`` as a function of the primals flagged in ``wrt``, and those primals."""
+    """Return ``fn`` as a function of the primals flagged in ``wrt``, and those primals."""
 
     def restricted(*differentiable):
         varying = iter(differentiable)
@@ -113,7 +113,7 @@ def _reverse_error(fn: Callable, primals: Sequence[Any]) -> str | None:
 
 
 def _as_jaxpr_function(fn: Callable, primals: Sequence[Any]) -> Callable:
-    """``fn`` traced once at the shapes of ``primals``, as a function of arrays."""
+    """Return ``fn`` traced once at the shapes of ``primals``, as a function of arrays."""
     # A new function object: ``make_jaxpr`` is ``jit``'s trace, whose cache
     # would serve an earlier trace of ``fn`` without running it again (the
     # trace cache decides whether a trace is current, not JAX's).
@@ -219,8 +219,8 @@ class ChosenGradient(InnerFunction):
             ) from error
 
     def mode(self, primals: Sequence[Any]) -> tuple[str, Callable]:
-        """``"forward"`` or ``"reverse"`` at these inputs (raises for a forced mode
-        the function cannot do), and ``fn`` to differentiate.
+        """Return ``"forward"`` or ``"reverse"`` at these inputs (raises for a forced
+        mode the function cannot do), and ``fn`` to differentiate.
 
         Where ``"auto"`` must find out whether reverse mode goes through
         ``fn``, ``fn`` is traced once, to a jaxpr, and both that question and
@@ -280,7 +280,7 @@ class VJPFunction(InnerFunction):
         return self.value_and_gradients(args)[1]
 
     def value_and_gradients(self, args: Sequence[Any]) -> tuple[ArrayTuple, tuple]:
-        """``(*primals, *cotangents) -> (outputs, input cotangents)``."""
+        """Return ``(*primals, *cotangents) -> (outputs, input cotangents)``."""
         n_primals = len(self.wrt)
         primals, cotangents = args[:n_primals], args[n_primals:]
         outputs, pullback = value_and_pullback(
@@ -292,7 +292,7 @@ class VJPFunction(InnerFunction):
     def split(
         self, residual_dtypes: tuple[str, ...]
     ) -> tuple[VJPForward, VJPFromResiduals]:
-        """The forward and backward halves sharing one forward pass."""
+        """Return the forward and backward halves sharing one forward pass."""
         return (
             VJPForward(self.forward, self.wrt, self.cotangent_outputs, residual_dtypes),
             VJPFromResiduals(self, residual_dtypes),
@@ -346,7 +346,9 @@ def _name(fn: Any) -> str:
 
 
 def _structures_differ(cached: Any, fresh: Any) -> str | None:
-    """Whether two abstract pullbacks differ in their residuals' shapes and dtypes."""
+    """Return whether two abstract pullbacks differ in their residuals' shapes and
+    dtypes.
+    """
 
     def layout(tree: Any) -> list:
         return [(tuple(x.shape), str(x.dtype)) for x in jax.tree_util.tree_leaves(tree)]
@@ -362,7 +364,7 @@ def residual_dtypes(
     input_dtypes: Sequence[str],
     traced_sizes: Mapping[str, int] | None = None,
 ) -> tuple[str, ...]:
-    """The dtypes of the residuals of ``vjp``, found by an abstract trace.
+    """Return the dtypes of the residuals of ``vjp``, found by an abstract trace.
 
     Traced with the shapes the forward op's types are found with (symbolic
     dims, then the lengths it was traced at, ``traced_sizes`` by symbol, then
@@ -410,7 +412,7 @@ class VJPForward(InnerFunction):
     residual_dtypes: tuple[str, ...]
 
     def split_of(self, vjp: VJPFunction) -> bool:
-        """Whether this is the forward half of ``vjp`` (its residuals fit it)."""
+        """Return whether this is the forward half of ``vjp`` (its residuals fit it)."""
         return self == vjp.split(self.residual_dtypes)[0]
 
     def __call__(self, *primals: Any) -> ArrayTuple:
@@ -528,7 +530,7 @@ class VmapFunction(InnerFunction):
     broadcastable: tuple[tuple[bool, ...], ...]
 
     def batch_shape(self, arrays: Sequence[Any]) -> tuple[int, ...]:
-        """The broadcast batch shape; an error for runtime broadcasting."""
+        """Return the broadcast batch shape; an error for runtime broadcasting."""
         shape = []
         for d in range(self.batch_ndim):
             lengths = [
@@ -568,7 +570,7 @@ class VmapFunction(InnerFunction):
 
 # ------------------------------------------------- pairing forward and pullback
 def pullback_primals(vjp_node: Apply) -> list:
-    """The primal inputs of a node applying a :class:`VJPFunction`."""
+    """Return the primal inputs of a node applying a :class:`VJPFunction`."""
     return list(vjp_node.inputs[: len(vjp_node.op.fn.wrt)])
 
 
@@ -577,7 +579,8 @@ def find_forward(
     candidates: Iterable[Any],
     is_forward: Callable[[Any], bool] | None = None,
 ) -> Apply | None:
-    """The first of ``candidates`` applying the forward of ``vjp_node`` to its primals.
+    """Return the first of ``candidates`` applying the forward of ``vjp_node`` to its
+    primals.
 
     ``vjp_node`` applies a :class:`VJPFunction`; ``candidates`` are nodes
     applying ops with an inner function (``OpFromJax``). A candidate is the

@@ -43,7 +43,9 @@ def add_config_flag() -> None:
 
 
 def xla_cache_dir() -> Path:
-    """Where this package keeps compiled XLA programs when it configures the cache."""
+    """Return where this package keeps compiled XLA programs when it configures the
+    cache.
+    """
     return Path(config.compiledir) / "jax_ofg_xla"
 
 

@@ -45,7 +45,7 @@ __all__ = [
 
 
 def joins_islands(node: Apply) -> bool:
-    """Whether ``node`` may be part of a JAX island."""
+    """Return whether ``node`` may be part of a JAX island."""
     op = node.op
     if isinstance(op, OpFromJax):
         return True
@@ -67,7 +67,8 @@ def joins_islands(node: Apply) -> bool:
 
 
 def is_data(node: Apply, x: Variable) -> bool:
-    """Whether the input ``x`` of ``node`` is a constant array an island takes as input.
+    """Return whether the input ``x`` of ``node`` is a constant array an island takes as
+    input.
 
     A constant of two values or more whose values decide none of ``node``'s
     output shapes (:func:`decides_shapes`): observed data, an index vector;
@@ -90,7 +91,7 @@ def is_data(node: Apply, x: Variable) -> bool:
 
 
 def decides_shapes(node: Apply, x: Variable) -> bool:
-    """Whether the values of ``node``'s input ``x`` may decide its output shapes.
+    """Return whether the values of ``node``'s input ``x`` may decide its output shapes.
 
     Asked of the op's ``infer_shape``, with a variable in place of a constant
     ``x`` and the inputs' unknown lengths as free symbols: the shapes depend
@@ -115,7 +116,7 @@ def decides_shapes(node: Apply, x: Variable) -> bool:
 
 
 def _static(island: Sequence[Apply], x: Variable) -> bool:
-    """Whether the island takes its input ``x`` as a static value.
+    """Return whether the island takes its input ``x`` as a static value.
 
     A fixed integer (:func:`~pytensor.compile.jax_ofg_dims.is_fixed`): a
     length, or a vector that decides a shape in the island. A fixed vector
@@ -130,7 +131,7 @@ def _static(island: Sequence[Apply], x: Variable) -> bool:
 
 
 def joinable_nodes(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[bool]:
-    """:func:`joins_islands` for each of ``nodes`` (``fgraph.toposort()``).
+    """Return :func:`joins_islands` for each of ``nodes`` (``fgraph.toposort()``).
 
     Kept in the trace cache by the graph's structure: probing the lowerings
     needs PyTensor's JAX backend (about a second to import), which a later
@@ -146,7 +147,8 @@ def joinable_nodes(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[bool]:
 
 
 def _structure(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> list[tuple]:
-    """What :func:`joins_islands` reads of a graph: ops, types, sources, constants.
+    """Return what :func:`joins_islands` reads of a graph: ops, types, sources,
+    constants.
 
     Constants that are data (:func:`is_data`) by their types: the lowering
     is probed with a variable in their place.
@@ -200,7 +202,8 @@ def _lowers(node: Apply) -> bool:
 
 
 def _lowers_specialized(node: Apply) -> bool:
-    """Whether ``node`` lowers with its fixed inputs as constants of their values.
+    """Return whether ``node`` lowers with its fixed inputs as constants of their
+    values.
 
     An island specializes its lowering to them (``Split`` by dim lengths,
     ``Alloc`` of a dim length). False when no input is fixed, or they cannot
@@ -301,7 +304,7 @@ def find_islands(
 
 
 def _bits(bitset: int) -> list[int]:
-    """The positions of the set bits, ascending."""
+    """Return the positions of the set bits, ascending."""
     positions = []
     while bitset:
         low = bitset & -bitset
@@ -313,7 +316,7 @@ def _bits(bitset: int) -> list[int]:
 def island_boundary(
     fgraph: FunctionGraph, island: Sequence[Apply]
 ) -> tuple[list[Variable], list[Variable]]:
-    """The variables an island takes from, and gives to, the rest of ``fgraph``.
+    """Return the variables an island takes from, and gives to, the rest of ``fgraph``.
 
     Its inputs include the constants that are data to every node of the
     island using them (:func:`is_data`).
@@ -338,7 +341,9 @@ def island_boundary(
 
 
 def select_islands(fgraph: FunctionGraph) -> list[list[Apply]]:
-    """The islands of ``fgraph``: :func:`find_islands` seeded by its ``OpFromJax`` nodes."""
+    """Return the islands of ``fgraph``: :func:`find_islands` seeded by its
+    ``OpFromJax`` nodes.
+    """
     nodes = fgraph.toposort()
     seeds = [isinstance(node.op, OpFromJax) for node in nodes]
     if not any(seeds):
@@ -347,7 +352,7 @@ def select_islands(fgraph: FunctionGraph) -> list[list[Apply]]:
 
 
 def islands_enabled(mode) -> bool:
-    """Whether compiling with ``mode`` runs this rewrite."""
+    """Return whether compiling with ``mode`` runs this rewrite."""
     if isinstance(mode.linker, JAXLinker):
         return False
     query = mode.provided_optimizer

@@ -18,14 +18,16 @@ __all__ = ["ReadOnlyOutputs", "writable_flags"]
 
 
 def _buffer_users(fgraph, variable: Variable) -> list[tuple[Apply, int]]:
-    """The clients of ``variable``'s buffer: of it and of every view of it."""
+    """Return the clients of ``variable``'s buffer: of it and of every view of it."""
     views: set[Variable] = set()
     view_tree_set(fgraph, alias_root(variable), views)
     return [client for view in views for client in fgraph.clients[view]]
 
 
 def _written(fgraph, variable: Variable) -> bool:
-    """Whether an in-place node (``destroy_map``) writes into ``variable``'s buffer."""
+    """Return whether an in-place node (``destroy_map``) writes into ``variable``'s
+    buffer.
+    """
     return any(
         position in inputs
         for client, position in _buffer_users(fgraph, variable)
@@ -34,7 +36,9 @@ def _written(fgraph, variable: Variable) -> bool:
 
 
 def _returned(fgraph, variable: Variable) -> bool:
-    """Whether the compiled function returns ``variable``'s buffer (callers may write)."""
+    """Return whether the compiled function returns ``variable``'s buffer (callers may
+    write).
+    """
     return any(isinstance(c.op, Output) for c, _ in _buffer_users(fgraph, variable))
 
 

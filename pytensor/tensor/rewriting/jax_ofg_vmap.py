@@ -23,7 +23,7 @@ __all__ = ["vectorize_op_from_jax", "vmap_blockwise", "vmap_node"]
 
 
 def vmap_node(blockwise_node: Apply) -> list[Variable]:
-    """The outputs of a ``Blockwise(OpFromJax)`` node, computed by a vmapped op.
+    """Return the outputs of a ``Blockwise(OpFromJax)`` node, computed by a vmapped op.
 
     Inputs whose batch dims are all broadcastable (length 1 in their type)
     are squeezed and passed whole to every call (``in_axes=None``) rather
@@ -78,7 +78,7 @@ def vmap_node(blockwise_node: Apply) -> list[Variable]:
 def _batch_dim(
     dim: int, static: int | None, inputs: Sequence[Variable], batched: Sequence[bool]
 ) -> int | str | None:
-    """A batch dim of the outputs: static, or the same dim of a batched input.
+    """Return a batch dim of the outputs: static, or the same dim of a batched input.
 
     Runtime broadcasting is an error (:meth:`VmapFunction.batch_shape`), so
     every input that does not have length 1 there has the output's length.
@@ -92,7 +92,7 @@ def _batch_dim(
 
 
 def vectorize_op_from_jax(op: OpFromJax, node: Apply, *batched_inputs) -> list:
-    """``vectorize_graph`` of an :class:`OpFromJax` node: one vmapped op."""
+    """Return ``vectorize_graph`` of an :class:`OpFromJax` node: one vmapped op."""
     return vmap_node(vectorize_node_fallback(op, node, *batched_inputs))
 
 

@@ -33,7 +33,7 @@ __all__ = ["ForkCheckedFunction", "install_jax_linker_check", "jax_funcify_OpFro
 
 
 def _lowering(op: OpFromJax, node: Apply | None, pairs: SharedPullbacks | None):
-    """The traced function of ``node``: alone, or a part of a shared VJP."""
+    """Return the traced function of ``node``: alone, or a part of a shared VJP."""
     if pairs is None or node is None:
         return op.traced_fn
     if node in pairs.coverage:  # a forward: keep the pullback
@@ -75,7 +75,7 @@ def _lowering(op: OpFromJax, node: Apply | None, pairs: SharedPullbacks | None):
 def jax_funcify_OpFromJax(
     op: OpFromJax, node=None, jax_ofg_pullbacks: SharedPullbacks | None = None, **kwargs
 ):
-    """The traced function of an ``OpFromJax`` node (see the module docstring)."""
+    """Return the traced function of an ``OpFromJax`` node (see the module docstring)."""
     traced_fn = _lowering(op, node, jax_ofg_pullbacks)
     single_output = len(op.output_types) == 1
 

@@ -59,7 +59,8 @@ _LOCK = threading.Lock()
 
 
 def register(op: JaxHostOp, writable: tuple[bool, ...], host: Callable) -> str:
-    """The registry key for ``op`` (with its ``writable`` outputs), now serving ``host``.
+    """Return the registry key for ``op`` (with its ``writable`` outputs), now serving
+    ``host``.
 
     The entry lives while one of its hosts does: the registry keeps no op of a
     garbage-collected function alive.
@@ -107,7 +108,7 @@ def _release(key: str) -> None:
 
 
 def registry_keys(op: JaxHostOp) -> list[str]:
-    """The keys under which compiled functions of this process call ``op``."""
+    """Return the keys under which compiled functions of this process call ``op``."""
     with _LOCK:
         return [key for key, entry in _REGISTRY.items() if entry.op == op]
 
@@ -186,7 +187,8 @@ _BODIES_MODULE = f"{__name__}._bodies"
 
 
 def bodies_module() -> types.ModuleType:
-    """The module the compiled bodies are defined in, put in ``sys.modules`` once.
+    """Return the module the compiled bodies are defined in, put in ``sys.modules``
+    once.
 
     Numba rebuilds the globals of an object-mode block served from its cache
     by importing the module the function was defined in, so the bodies must
@@ -201,7 +203,7 @@ def bodies_module() -> types.ModuleType:
 
 
 def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
-    """An object-mode call of the op's host function, and its cache key.
+    """Return an object-mode call of the op's host function, and its cache key.
 
     Registered for the mixin :class:`JaxHostOp`: it covers ``OpFromJax`` and
     ``JaxIsland``, and wins over ``OpFromGraph``'s dispatch, which comes
@@ -279,7 +281,7 @@ def install_direct_host_thunk() -> bool:
 
 
 def _direct_thunk(fgraph, order, storage_map, thunks) -> Callable | None:
-    """A thunk calling the host function of the graph's one JAX op, or None."""
+    """Return a thunk calling the host function of the graph's one JAX op, or None."""
     node = one_jax_op(fgraph)
     if node is None or len(order) != 1 or len(thunks) != 1:
         return None
