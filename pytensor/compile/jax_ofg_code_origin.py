@@ -1,8 +1,7 @@
 """Where a module's code comes from: the standard library, a pinned release, this project or the user.
 
 :func:`module_kind` decides (library code is keyed by its release, user code
-is followed). Registers nothing. The rules: the guide's developer notes, "The
-trace cache".
+is followed). Registers nothing.
 """
 
 from __future__ import annotations

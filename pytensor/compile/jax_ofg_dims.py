@@ -2,8 +2,7 @@
 
 Which dims fold to constants, which are equal (one JAX symbol), which are
 *fixed* (computed from constants and shared variables alone, as PyMC's
-``dim_lengths``). Registers nothing. The guide's developer notes, "Shape
-inference, in order", shows :func:`input_dims`.
+``dim_lengths``). Registers nothing.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :func:`environment_fingerprint` (versions, this project's source, JAX options
 and environment variables) is part of every trace-cache key. Registers
-nothing. The guide's developer notes, "The trace cache".
+nothing.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 :func:`mark` notes an error's stage (which an island's fallback decides on);
 :func:`report` names the op in run-time errors, warns once and counts.
 Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds
-:class:`MuteCallbackLogs` to JAX's callback logger. The guide's developer
-notes, "Errors: stages and reports".
+:class:`MuteCallbackLogs` to JAX's callback logger.
 """
 
 from __future__ import annotations

@@ -1,8 +1,17 @@
 """Content keys for traced JAX programs: everything a trace depends on, or nothing.
 
 :func:`fingerprint` describes a value by all it depends on, or returns None
-(then nothing is cached). Registers nothing. What is described,
-over-approximated and not seen: the guide's developer notes, "The trace cache".
+(then nothing is cached). Registers nothing.
+
+Notes
+-----
+* A value that cannot be described faithfully (a lock, a generator, an
+  object whose state lives in C, a user's C extension, code that looks its
+  globals up dynamically) makes the whole description None: nothing is
+  cached.
+* Descriptions over-approximate: a change that does not matter (a global
+  that only shares its name with an attribute the code reads) may change the
+  key, which costs one trace; nothing that matters leaves it equal.
 """
 
 from __future__ import annotations

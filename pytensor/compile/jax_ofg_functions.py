@@ -3,7 +3,7 @@
 :class:`FlatJaxFunction` (the decorator's: pytrees, static arguments, symbolic
 callables) and :class:`TupleOutputs` (a user's function of flat arrays):
 frozen dataclasses, so equal fields give equal ops, which merge. Registers
-nothing. The guide's developer notes, "From a call to an op".
+nothing.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :class:`JaxHostOp`, the mixin of ``OpFromJax`` and ``JaxIsland``: one
 ``jax.jit`` of :meth:`JaxHostOp.jax_callable`, shared by equal ops, its
 outputs packed; :func:`graph_holds_jax_ops` finds such ops. Registers
-nothing. The guide's developer notes, "Host calls".
+nothing.
 """
 
 from __future__ import annotations

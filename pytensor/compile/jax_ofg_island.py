@@ -2,8 +2,7 @@
 
 :class:`JaxIsland` runs ``jax.jit`` of PyTensor's own JAX lowering of its
 inner graph (which needs ``OpFromJax``'s JAX dispatch); the ``jax_islands``
-rewrite forms it. Registers nothing. The guide's developer notes, "Island
-selection".
+rewrite forms it. Registers nothing.
 """
 
 from __future__ import annotations

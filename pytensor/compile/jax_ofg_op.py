@@ -2,7 +2,7 @@
 
 Given its types and output dim expressions (it infers nothing), it makes every
 derived op (derivatives, vmapped, fused) with :meth:`OpFromJax.derive`.
-Registers nothing. The guide's developer notes, "From a call to an op".
+Registers nothing.
 """
 
 from __future__ import annotations

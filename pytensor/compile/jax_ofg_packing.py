@@ -2,8 +2,7 @@
 
 For the outputs of host calls (one buffer per dtype leaves XLA) and the VJP
 residuals of value+grad fusion (their number and shapes are unknown when the
-graph is rewritten). Registers nothing. The guide's developer notes, "Host
-calls".
+graph is rewritten). Registers nothing.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :class:`Program` asks the trace cache before JAX traces: a hit calls the
 exported program; a miss traces, exports, stores and calls the export.
-Registers nothing. The guide's developer notes, "Host calls".
+Registers nothing.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 ``forkserver``, not ``fork``, when ``pm.sample`` or ``pm.sample_smc`` runs
 such a model's chains in processes without an ``mp_ctx``. Registers nothing
 itself: :func:`pytensor.compile.jax_ofg.install` calls
-:func:`install_pymc_start_method_choice`. The guide's developer notes,
-"Deferred imports and PyMC's start method".
+:func:`install_pymc_start_method_choice`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,13 @@
 
 Static dims as they are, then symbolic dims, then current lengths and
 stand-in sizes; otherwise :class:`ShapeInferenceError`. Registers nothing.
-The steps and why: the guide's developer notes, "Shape inference, in order".
+
+Notes
+-----
+When the symbolic trace fails, the output types come from traces at the
+current lengths or at stand-in sizes (:func:`fallback_shapes`). When none
+succeeds, or only one stand-in trace does, inference fails with
+:class:`ShapeInferenceError`, naming the inputs of unknown size.
 """
 
 from __future__ import annotations

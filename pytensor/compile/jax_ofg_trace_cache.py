@@ -4,8 +4,14 @@
 the trace ran (:mod:`~pytensor.compile.jax_ofg_trace_watch` watches it: an
 allowlist); what cannot be keyed, or ran anything else, is not cached.
 Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
-flag ``jax_ofg__trace_cache`` (:func:`add_config_flag`). The guide's
-developer notes, "The trace cache".
+flag ``jax_ofg__trace_cache`` (:func:`add_config_flag`).
+
+Notes
+-----
+The cache fails closed: a key that cannot be described, or a trace that ran
+what its key does not describe, leaves the function uncached (its reason in
+:func:`trace_cache_info` and in a debug log), and so does any trace made
+after packages were installed or upgraded in this process.
 """
 
 from __future__ import annotations

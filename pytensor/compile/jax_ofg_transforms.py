@@ -2,8 +2,7 @@
 
 Each class wraps an inner function into another, so a derivative or batched
 op is again an ``OpFromJax``; :class:`ChosenGradient` makes every route take
-the op's gradient mode. Registers nothing. The guide's developer notes,
-"Derivatives and vmap".
+the op's gradient mode. Registers nothing.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` registers
 :func:`not_a_tensor` for :class:`SymbolicCallable` with PyTensor's
-``as_tensor_variable``. The guide's developer notes, "From a call to an op".
+``as_tensor_variable``.
 """
 
 from __future__ import annotations

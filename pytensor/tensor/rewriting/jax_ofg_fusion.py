@@ -4,8 +4,7 @@ constants baked into the JAX function.
 Registered by :func:`pytensor.compile.jax_ofg.install` in ``optdb``:
 :func:`prune_pullback_inputs` as ``jax_ofg_prune_pullback_inputs``,
 :class:`FuseValueAndVJP` as ``jax_ofg_fuse_value_and_vjp``, and
-:func:`bake_constant_inputs` as ``jax_ofg_bake_constant_inputs``. The guide's
-developer notes, "Derivatives and vmap".
+:func:`bake_constant_inputs` as ``jax_ofg_bake_constant_inputs``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,16 @@
 """The ``jax_islands`` rewrite: one XLA program per connected JAX part of a graph.
 
 Registered by :func:`pytensor.compile.jax_ofg.install`:
-:data:`form_jax_islands` in ``optdb`` as ``jax_islands`` and ``fusion``. What
-may join an island, and the cost: the guide's developer notes, "Island
-selection".
+:data:`form_jax_islands` in ``optdb`` as ``jax_islands`` and ``fusion``.
+
+Notes
+-----
+* A node joins only if ``jax_funcify`` lowers it without a warning once its
+  fixed inputs are constants; a node that must stay out splits the island,
+  and an island of a single node is not formed.
+* An island's inputs and outputs are tensors (or fixed values such as a
+  length); an island whose boundary would carry another type is not formed.
+* Selection runs once per graph, in time linear in its size (bitsets aside).
 """
 
 from __future__ import annotations

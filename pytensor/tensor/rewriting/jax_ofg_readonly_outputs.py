@@ -2,7 +2,7 @@
 
 Registered by :func:`pytensor.compile.jax_ofg.install`:
 :class:`ReadOnlyOutputs` in ``optdb`` as ``jax_ofg_readonly_outputs``, after
-all other rewrites. The guide's developer notes, "Host calls".
+all other rewrites.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 Registered by :func:`pytensor.compile.jax_ofg.install`:
 :func:`jax_funcify_OpFromJax` with PyTensor's ``jax_funcify``, and
-:func:`install_jax_linker_check` (:class:`ForkCheckedFunction`). The guide's
-developer notes, "The JAX linker".
+:func:`install_jax_linker_check` (:class:`ForkCheckedFunction`).
 """
 
 from __future__ import annotations

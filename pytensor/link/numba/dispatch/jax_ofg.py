@@ -4,7 +4,6 @@ Registered by :func:`pytensor.compile.jax_ofg.install`:
 :func:`numba_funcify_JaxHostOp` with ``numba_funcify`` (a body without
 closures, which PyTensor caches on disk: :func:`call_host_function`,
 :func:`register`), :func:`bodies_module` and :func:`install_direct_host_thunk`.
-The design: the guide's developer notes, "Host calls".
 """
 
 from __future__ import annotations
