@@ -4,7 +4,13 @@
 callback sets a boolean instead of raising; any other host callback raises
 :class:`NotFlaggable`. :func:`raise_if_failed` checks such a flag inside the
 program that calls the export, as equinox checks: :func:`is_failed_check`
-tells its error. Registers nothing. The guide's developer notes, "Host calls".
+tells its error. Registers nothing.
+
+Notes
+-----
+Only equinox's raising checks become flags; a program holding any other host
+callback is not exported (:class:`NotFlaggable`), so it is traced in every
+process, and so is one whose check sits in a ``while`` loop's condition.
 """
 
 from __future__ import annotations
@@ -174,22 +180,20 @@ class _Rewriter:
         return lax.while_loop(cond, body, (list(loop.carry), _false()))
 
     def _scan(self, params: dict, inputs: list) -> tuple[list, Any]:
-        n_consts, n_carry = compat.scan_counts(params)
-        consts = inputs[:n_consts]
-        carry = inputs[n_consts : n_consts + n_carry]
-        xs = inputs[n_consts + n_carry :]
+        scan = compat.scan_parts(params, inputs)
+        n_carry = len(scan.carry)
 
         def body(state, x):
-            outputs, flag = self.run(params["jaxpr"], *consts, *state[0], *x)
+            outputs, flag = self.run(scan.jaxpr, *scan.consts, *state[0], *x)
             return (outputs[:n_carry], _either(state[1], flag)), outputs[n_carry:]
 
         (carry, flag), ys = lax.scan(
             body,
-            (list(carry), _false()),
-            list(xs),
-            length=params["length"],
-            reverse=params["reverse"],
-            unroll=params["unroll"],
+            (list(scan.carry), _false()),
+            list(scan.xs),
+            length=scan.length,
+            reverse=scan.reverse,
+            unroll=scan.unroll,
         )
         return [*carry, *ys], flag
 

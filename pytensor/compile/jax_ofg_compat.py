@@ -2,8 +2,9 @@
 
 Each is an accessor listed in :data:`ENTRIES`, checked against the releases in
 :data:`CHECKED` by ``tests/compile/test_jax_ofg_compat.py``; one that cannot
-do its job returns None or False, and its caller fails closed. Registers
-nothing. The guide's developer notes, "Private APIs".
+do its job returns None or False (the accessors of JAX's equations raise
+instead), and its caller fails closed: no cache entry, no patch, no
+exported program. Registers nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ ENTRIES: dict[str, str] = {
     "jax.jit(f)._jit_info": "describing a jax.jit-ed function by f and options",
     "jax._src.xla_bridge.backends_are_initialized": "the fork guard",
     "JaxRuntimeError._error_message": "naming the wrapped function in XLA errors",
-    "scan's params ft_in (jax._src.flattree)": "equinox checks inside lax.scan",
+    "scan's params (ft_in: jax._src.flattree)": "equinox checks inside lax.scan",
     "jax._src.callback (logger)": "muting JAX's log of a callback that raised",
     "equinox._errors._error.<locals>.raises/tpu_msg": "exporting equinox checks",
     "equinox.internal.primitive_finalisations": "checks inside lineax solves",
@@ -108,20 +109,6 @@ def prepend_to_runtime_error(error: BaseException, line: str) -> None:
 
 #: The logger JAX reports failed host callbacks to.
 CALLBACK_LOGGER = "jax._src.callback"
-
-
-def scan_counts(params: dict) -> tuple[int, int]:
-    """Return how many of a ``scan`` equation's inputs are constants, and how many its
-    carry.
-
-    JAX 0.12 gives them as ``ft_in``, a flat tree (private) of the constants,
-    the carry and the scanned inputs; older JAX as ``num_consts`` and
-    ``num_carry``.
-    """
-    if "num_consts" in params:
-        return params["num_consts"], params["num_carry"]
-    consts, carry, _ = params["ft_in"].elts
-    return len(list(consts)), len(list(carry))
 
 
 # -------------------------------------------------------------------- equinox
@@ -238,7 +225,7 @@ def prepare_for_jax_lowering(fgraph: Any) -> None:
 # -------------------------------------------------------------- JAX equations
 # The parameters of JAX's control-flow primitives, and how their equations
 # lay out their inputs. When JAX changed them they raise (``KeyError``,
-# ``AttributeError``), as :func:`scan_counts` does: the program is then not
+# ``AttributeError``): the program is then not
 # exported.
 def cond_parts(params: dict, inputs: list) -> tuple[list, Any, list]:
     """Return ``(branches, index, operands)`` of a ``cond`` equation's ``params`` and
@@ -274,6 +261,42 @@ def while_parts(params: dict, inputs: list) -> WhileParts:
         inputs[:n_cond],
         inputs[n_cond : n_cond + n_body],
         inputs[n_cond + n_body :],
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanParts:
+    """A ``scan`` equation's body and options, and its inputs split as the scan takes them."""
+
+    jaxpr: Any
+    consts: list
+    carry: list
+    xs: list
+    length: int
+    reverse: bool
+    unroll: Any
+
+
+def scan_parts(params: dict, inputs: list) -> ScanParts:
+    """Return the parts of a ``scan`` equation, from its ``params`` and ``inputs``.
+
+    Its inputs are the body's constants, the carry, then the scanned inputs.
+    JAX 0.12 counts them in ``ft_in``, a flat tree (private); older JAX in
+    ``num_consts`` and ``num_carry``.
+    """
+    if "num_consts" in params:
+        n_consts, n_carry = params["num_consts"], params["num_carry"]
+    else:
+        consts, carry, _ = params["ft_in"].elts
+        n_consts, n_carry = len(list(consts)), len(list(carry))
+    return ScanParts(
+        params["jaxpr"],
+        inputs[:n_consts],
+        inputs[n_consts : n_consts + n_carry],
+        inputs[n_consts + n_carry :],
+        params["length"],
+        params["reverse"],
+        params["unroll"],
     )
 
 

@@ -98,7 +98,7 @@ def _check_callback_logger() -> None:
     )
 
 
-def _check_scan_counts() -> None:
+def _check_scan_parts() -> None:
     import jax
     from jax import lax
 
@@ -112,13 +112,17 @@ def _check_scan_counts() -> None:
     jaxpr = jax.make_jaxpr(scanned)(1.0, 2.0, jax.numpy.ones(3))
     (equation,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
     try:
-        counts = compat.scan_counts(equation.params)
+        scan = compat.scan_parts(equation.params, list(equation.invars))
+        parts = (len(scan.consts), len(scan.carry), len(scan.xs), scan.length)
+        body_arity = len(scan.jaxpr.jaxpr.invars)
+        options = (scan.reverse, scan.unroll)
     except Exception as error:
-        counts = error
+        parts, body_arity, options = error, None, None
     _require(
-        counts == (1, 2),
-        "scan's params ft_in",
-        f"a scan's constants and carry are no longer counted so (got {counts!r})",
+        parts == (1, 2, 1, 3) and body_arity == 4 and options == (False, 1),
+        "scan's params",
+        "a scan's body, options and input layout are no longer read so "
+        f"(got {parts!r}, body of {body_arity} inputs, options {options!r})",
     )
 
 
@@ -435,7 +439,7 @@ CHECKS = {
     "jax.jit(f)._jit_info": _check_jit_info,
     "jax._src.xla_bridge.backends_are_initialized": _check_jax_started,
     "JaxRuntimeError._error_message": _check_runtime_error_message,
-    "scan's params ft_in (jax._src.flattree)": _check_scan_counts,
+    "scan's params (ft_in: jax._src.flattree)": _check_scan_parts,
     "jax._src.callback (logger)": _check_callback_logger,
     "equinox._errors._error.<locals>.raises/tpu_msg": _check_equinox_check,
     "equinox.internal.primitive_finalisations": _check_equinox_implementation,
