@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _fake_distributions import install_distribution
 from _fresh_process import run_script
 
 import pytensor.tensor as pt
@@ -282,26 +283,7 @@ def test_equal_in_fresh_processes_until_a_helper_changes(tmp_path):  # (i) and (
 
 
 # ----------------------------------------------------------------- libraries
-def _fake_distribution(site, version, *, local=False):
-    for info in site.glob("fakelib-*.dist-info"):
-        for file in info.iterdir():
-            file.unlink()
-        info.rmdir()
-    package = site / "fakelib"
-    package.mkdir(parents=True, exist_ok=True)
-    (package / "__init__.py").write_text("def scale(x):\n    return 2.0 * x\n")
-    info = site / f"fakelib-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: fakelib\nVersion: {version}\n\n"
-    )
-    (info / "RECORD").write_text(
-        "fakelib/__init__.py,,\nfakelib-{version}.dist-info/METADATA,,\n"
-    )
-    if local:
-        (info / "direct_url.json").write_text(
-            json.dumps({"url": f"file://{site}", "dir_info": {}})
-        )
+FAKELIB = "def scale(x):\n    return 2.0 * x\n"
 
 
 def test_a_library_is_described_by_its_version(tmp_path):  # (g)
@@ -324,15 +306,15 @@ def test_a_library_is_described_by_its_version(tmp_path):  # (g)
         result = run_script(script, work, timeout=300)
         return json.loads(result.stdout.strip().splitlines()[-1])
 
-    _fake_distribution(site, "1.0")
+    install_distribution(site, "fakelib", "1.0", FAKELIB)
     old = run()
     assert old[1] == ["library", "fakelib==1.0"]
-    _fake_distribution(site, "1.1")
+    install_distribution(site, "fakelib", "1.1", FAKELIB)
     new = run()
     assert new[1] == ["library", "fakelib==1.1"]
     assert new[0] != old[0]
     # Installed from a local folder, its version proves nothing: it is followed.
-    _fake_distribution(site, "1.1", local=True)
+    install_distribution(site, "fakelib", "1.1", FAKELIB, local=True)
     local = run()
     assert local[1] == ["user", ""]
     (site / "fakelib" / "__init__.py").write_text("def scale(x):\n    return 3.0 * x\n")

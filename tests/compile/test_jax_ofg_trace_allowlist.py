@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _fake_distributions import install_distribution
 from _fresh_process import run_script
 from _linkers import compile_function
 
@@ -218,24 +219,6 @@ def test_a_memoised_loader_gives_what_the_memo_holds(mode, tmp_path, monkeypatch
 
 
 # =============================================== what the key holds, now
-def _distribution(libs: Path, name: str, version: str, source: str) -> None:
-    """Install ``name`` (one module) into ``libs`` as pip would, from an index."""
-    for old in libs.glob(f"{name}-*.dist-info"):
-        shutil.rmtree(old)
-    package = libs / name
-    package.mkdir(parents=True, exist_ok=True)
-    (package / "__init__.py").write_text(textwrap.dedent(source))
-    shutil.rmtree(package / "__pycache__", ignore_errors=True)
-    info = libs / f"{name}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    )
-    (info / "RECORD").write_text(
-        f"{name}/__init__.py,,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n"
-    )
-
-
 LIBRARY_A = """
 import libb
 
@@ -264,14 +247,14 @@ def scaled_sine(factor):
 def test_a_dependency_upgraded_under_an_unchanged_library_traces_again(tmp_path):
     libs = tmp_path / "libs"
     project = Project(tmp_path, {"model.py": UPGRADE_MODEL})
-    _distribution(libs, "liba", "1.0", LIBRARY_A)
-    _distribution(libs, "libb", "1.0", "FACTOR = 2.0\n")
+    install_distribution(libs, "liba", "1.0", LIBRARY_A)
+    install_distribution(libs, "libb", "1.0", "FACTOR = 2.0\n")
     first, cache = project.run()
     assert_linkers_give(first, scaled_sine(2.0))
     assert not reasons_for(cache, "solve"), cache
     _, cache = project.run()
     assert cache["misses"] == 0 and cache["hits"] > 0  # served
-    _distribution(libs, "libb", "2.0", "FACTOR = 3.0\n")  # liba unchanged
+    install_distribution(libs, "libb", "2.0", "FACTOR = 3.0\n")  # liba unchanged
     second, cache = project.run()
     assert_linkers_give(second, scaled_sine(3.0))
     assert cache["misses"] > 0 and not reasons_for(cache, "solve")
@@ -290,8 +273,8 @@ def test_an_upgrade_while_a_process_runs_keeps_what_its_modules_compute(
     from pytensor.compile.jax_ofg_environment import installed_distributions_changed
 
     libs = tmp_path / "libs"
-    _distribution(libs, "liba", "1.0", LIBRARY_A)
-    _distribution(libs, "libb", "1.0", "FACTOR = 2.0\n")
+    install_distribution(libs, "liba", "1.0", LIBRARY_A)
+    install_distribution(libs, "libb", "1.0", "FACTOR = 2.0\n")
     monkeypatch.syspath_prepend(str(libs))
     for name in ("liba", "libb"):
         monkeypatch.delitem(sys.modules, name, raising=False)
@@ -310,7 +293,7 @@ def test_an_upgrade_while_a_process_runs_keeps_what_its_modules_compute(
         return lambda x: pt.sum(wrapped(x))
 
     before = _value_and_gradient(cost_of(as_jax_op(solve, name="upgraded_a")), mode)
-    _distribution(libs, "libb", "2.0", "FACTOR = 3.0\n")
+    install_distribution(libs, "libb", "2.0", "FACTOR = 3.0\n")
     assert installed_distributions_changed()
     again = _value_and_gradient(cost_of(as_jax_op(solve, name="upgraded_a")), mode)
     other = _value_and_gradient(cost_of(as_jax_op(solve_too, name="upgraded_b")), mode)
@@ -448,22 +431,11 @@ def test_an_edited_lowering_of_an_op_in_an_island_traces_again(tmp_path):
 
 def test_a_lowering_registered_again_in_a_notebook_gives_the_new_value(mode):
     from pytensor.compile.jax_ofg import as_jax_op
-    from pytensor.graph.basic import Apply
-    from pytensor.graph.op import Op
     from pytensor.link.jax.dispatch import jax_funcify
 
-    class Twice(Op):  # a class of this test's own: the registry keeps it
-        __props__ = ()
-
-        def make_node(self, x):
-            x = pt.as_tensor_variable(x)
-            return Apply(self, [x], [x.type()])
-
-        def perform(self, node, inputs, outputs):
-            outputs[0][0] = 2.0 * inputs[0]
-
-        def L_op(self, inputs, outputs, output_grads):
-            return [2.0 * output_grads[0]]
+    namespace: dict = {}
+    exec(OPS_MODULE, namespace)  # a class of this test's own: the registry keeps it
+    Twice = namespace["Twice"]
 
     def register(factor):
         @jax_funcify.register(Twice)

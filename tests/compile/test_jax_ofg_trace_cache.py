@@ -19,6 +19,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _fake_distributions import install_distribution
 from _fresh_process import SITECUSTOMIZE, run_python
 from _linkers import compile_function
 
@@ -200,27 +201,12 @@ def test_a_changed_dependency_version_gives_the_new_result(project):
     site = project.folder / "site"
 
     def install(version: str, factor: float) -> None:
-        package = site / "fakedep"
-        package.mkdir(parents=True, exist_ok=True)
-        (package / "__init__.py").write_text(
-            f"FACTOR = {factor}\ndef scale(x):\n    return FACTOR * x\n"
+        install_distribution(
+            site,
+            "fakedep",
+            version,
+            f"FACTOR = {factor}\ndef scale(x):\n    return FACTOR * x\n",
         )
-        for old in site.glob("fakedep-*.dist-info"):
-            for file in old.iterdir():
-                file.unlink()
-            old.rmdir()
-        info = site / f"fakedep-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: fakedep\nVersion: {version}\n"
-        )
-        (info / "RECORD").write_text(
-            f"fakedep/__init__.py,,\nfakedep-{version}.dist-info/METADATA,,\n"
-            f"fakedep-{version}.dist-info/RECORD,,\n"
-        )
-        (info / "INSTALLER").write_text("pip\n")
-        for cached in (package / "__pycache__").glob("*"):
-            cached.unlink()
 
     install("1.0", 1.0)
     project._write(
