@@ -37,7 +37,7 @@ order), and the tables give medians over rounds.
 
 Run (with the machine to itself; PyStan 3 from the ``stan`` extra)::
 
-    .venv/bin/python benchmarks/small_odes.py                # ~40 minutes
+    .venv/bin/python benchmarks/small_odes.py                # ~60 minutes
     .venv/bin/python benchmarks/small_odes.py --rounds 1 --skip fit
     .venv/bin/python benchmarks/small_odes.py --models pk --skip startup,per_call,fit
 
