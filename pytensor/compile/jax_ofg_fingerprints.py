@@ -126,12 +126,14 @@ def describe_or_raise(value: Any) -> str:
     return describe_with_code(value)[0]
 
 
-def describe_with_code(value: Any) -> tuple[str, frozenset[types.CodeType]]:
+def describe_with_code(value: Any) -> tuple[str, tuple[types.CodeType, ...]]:
     """:func:`describe_or_raise`, and the user code the description covers.
 
     The code objects of every user function described, nested ones
     (lambdas, inner functions) included: what a trace of ``value`` may run
-    that the description vouches for.
+    that the description vouches for. They are told apart by identity, not
+    by ``==``: equal code (a notebook cell run again, the same function in
+    two modules) runs in other globals, which the description may not hold.
 
     >>> user_module = {"__name__": "__main__"}
     >>> exec("def scale(x):\\n    return (lambda y: 2.0 * y)(x)", user_module)
@@ -142,7 +144,7 @@ def describe_with_code(value: Any) -> tuple[str, frozenset[types.CodeType]]:
     """
     describer = _Describer()
     try:
-        return describer(value), frozenset(describer.codes)
+        return describer(value), tuple(describer.codes.values())
     except Undescribable:
         raise
     except RecursionError:  # a structure too deep to describe
@@ -166,7 +168,7 @@ class _CodeInfo:
     #: (module name, level) of every import statement
     imports: tuple[tuple[str, int], ...]
     #: the code and every code nested in it (what a trace of it may run)
-    codes: frozenset[types.CodeType]
+    codes: tuple[types.CodeType, ...]
 
 
 _CODE_INFO: dict[int, tuple[weakref.ref, _CodeInfo]] = {}
@@ -192,10 +194,10 @@ def _compute_code_info(code: types.CodeType) -> _CodeInfo:
     names: set[str] = set()
     strings: set[str] = set()
     imports: list[tuple[str, int]] = []
-    codes: set[types.CodeType] = set()
+    codes: list[types.CodeType] = []
 
     def walk(c: types.CodeType) -> str:
-        codes.add(c)
+        codes.append(c)
         names.update(c.co_names)
         consts = []
         for const in c.co_consts:
@@ -232,7 +234,7 @@ def _compute_code_info(code: types.CodeType) -> _CodeInfo:
         frozenset(names),
         None if dynamic else frozenset(names | strings),
         tuple(dict.fromkeys(imports)),
-        frozenset(codes),
+        tuple(codes),
     )
 
 
@@ -328,7 +330,8 @@ class _Describer:
 
     def __init__(self):
         #: the user code described: what a trace of the value may run
-        self.codes: set[types.CodeType] = set()
+        #: the user code described, by identity (``==`` equates code of other globals)
+        self.codes: dict[int, types.CodeType] = {}
         #: ids of the values being described, by depth
         self.active: dict[int, int] = {}
         #: finished descriptions by id (those that refer to no enclosing one)
@@ -461,7 +464,7 @@ class _Describer:
                 f"dict={self.dict_(_function_attributes(fn))})"
             )
         info = _code_info(fn.__code__)
-        self.codes |= info.codes
+        self.codes.update((id(code), code) for code in info.codes)
         parts = [
             name,
             f"code={info.text}",

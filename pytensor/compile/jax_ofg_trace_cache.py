@@ -23,6 +23,7 @@ import os
 import pickle
 import tempfile
 import threading
+import types
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
@@ -162,7 +163,7 @@ def unproven_traces() -> Iterator[list[str]]:
 
 
 # ---------------------------------------------------------------------- keys
-def key_of(kind: str, parts: Any) -> tuple[str, frozenset]:
+def key_of(kind: str, parts: Any) -> tuple[str, tuple[types.CodeType, ...]]:
     """Return the key of a ``kind`` entry for what ``parts`` describe, and the user code
     the key covers; raises Undescribable.
     """
@@ -327,7 +328,9 @@ def proven_trace[R](compute: Callable[[], R], parts: Any) -> tuple[R, str | None
     return value, refusal
 
 
-def _watched[R](compute: Callable[[], R], covered: frozenset) -> tuple[R, str | None]:
+def _watched[R](
+    compute: Callable[[], R], covered: tuple[types.CodeType, ...]
+) -> tuple[R, str | None]:
     """Return ``compute()``, and why its trace may not be kept (None: it may)."""
     with watching(covered) as watch:
         value = compute()

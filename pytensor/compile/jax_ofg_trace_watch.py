@@ -55,7 +55,7 @@ import itertools
 import sys
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import jax
@@ -269,7 +269,10 @@ class TraceWatch:
     """One watched trace: what its key covers, and why it cannot be kept."""
 
     #: the user code objects the key describes
-    covered: frozenset
+    covered: tuple[types.CodeType, ...]
+    #: their ids: code is told apart by identity (equal code of other globals
+    #: is not described)
+    covered_ids: frozenset[int] = frozenset()
     #: why the trace may not be kept (the first refusal), or None
     refusal: str | None = None
 
@@ -294,8 +297,10 @@ class _ThreadState:
 _STATES: dict[int, _ThreadState] = {}
 _LOCK = threading.Lock()
 _tool_id: int | None = None
-#: Non-JAX code objects seen: their CALL events are on while anything is watched.
-_INSTRUMENTED: set[types.CodeType] = set()
+#: Non-JAX code objects seen, by id: their CALL events are on while anything
+#: is watched. By identity, as everything here: code objects that are equal
+#: (``==``: a notebook cell run again) are other objects, with their own events.
+_INSTRUMENTED: dict[int, types.CodeType] = {}
 
 
 def _refuse(state: _ThreadState, reason: str) -> None:
@@ -305,7 +310,7 @@ def _refuse(state: _ThreadState, reason: str) -> None:
 
 
 @contextlib.contextmanager
-def watching(covered: frozenset) -> Iterator[TraceWatch]:
+def watching(covered: Iterable[types.CodeType]) -> Iterator[TraceWatch]:
     """Watch the trace run in this block; the watch's ``refusal`` says why it
     may not be kept (None: everything it ran is covered).
 
@@ -315,22 +320,23 @@ def watching(covered: frozenset) -> Iterator[TraceWatch]:
     >>> user_module = {"__name__": "__main__"}
     >>> exec("def double(x):\\n    return 2 * x", user_module)
     >>> double = user_module["double"]
-    >>> with watching(frozenset({double.__code__})) as watch:
+    >>> with watching([double.__code__]) as watch:
     ...     _ = double(1.0)
     >>> watch.refusal is None
     True
     >>> exec("import time\\ndef stamped(x):\\n    return x + time.time()", user_module)
     >>> stamped = user_module["stamped"]
-    >>> with watching(frozenset({stamped.__code__})) as watch:
+    >>> with watching([stamped.__code__]) as watch:
     ...     _ = stamped(1.0)
     >>> watch.refusal
     'it called time.time (from __main__.stamped)'
-    >>> with watching(frozenset()) as watch:
+    >>> with watching([]) as watch:
     ...     _ = double(1.0)
     >>> watch.refusal
     'it ran __main__.double, code its key does not describe'
     """
-    watch = TraceWatch(covered)
+    covered = tuple(covered)
+    watch = TraceWatch(covered, frozenset(map(id, covered)))
     ident = _get_ident()
     with _LOCK:
         first = not _STATES
@@ -402,7 +408,7 @@ def _start_monitoring() -> bool:
         else:
             return False
     _monitoring.set_events(_tool_id, _EVENTS.PY_START | _EVENTS.PY_UNWIND)
-    for code in tuple(_INSTRUMENTED):  # other threads may add to it
+    for code in tuple(_INSTRUMENTED.values()):  # other threads may add to it
         _monitoring.set_local_events(_tool_id, code, _local_events(code))
     _bracket_gc_callbacks()
     return True
@@ -415,7 +421,7 @@ def _stop_monitoring() -> None:
     for callback in (_pause_for_gc, _resume_after_gc):
         if callback in gc.callbacks:
             gc.callbacks.remove(callback)
-    for code in tuple(_INSTRUMENTED):
+    for code in tuple(_INSTRUMENTED.values()):
         _monitoring.set_local_events(_tool_id, code, 0)
 
 
@@ -452,13 +458,20 @@ def _local_events(code: types.CodeType) -> int:
 
 
 def _instrument(code: types.CodeType) -> None:
-    _INSTRUMENTED.add(code)
+    _INSTRUMENTED[id(code)] = code
     _monitoring.set_local_events(_tool_id, code, _local_events(code))
 
 
 # ------------------------------------------------------------ Python code
 _SKIP, _CHECKED, _USER, _ENVIRONMENT, _FLAG, _IMPORT = range(6)
-_CODE_VERDICTS: dict[types.CodeType, int] = {}
+#: Each code object seen, by id, and the verdict on it (the object is kept
+#: alive, so that its id is not reused).
+_CODE_VERDICTS: dict[int, tuple[types.CodeType, int]] = {}
+
+
+def _verdict_of(code: types.CodeType) -> int | None:
+    entry = _CODE_VERDICTS.get(id(code))
+    return None if entry is None else entry[1]
 
 
 #: The import machinery's entry: what an import runs is not the trace's.
@@ -511,10 +524,11 @@ def _code_verdict(code: types.CodeType, frame: types.FrameType) -> int:
 
 
 def _on_start(code: types.CodeType, offset: int) -> Any:
-    verdict = _CODE_VERDICTS.get(code)
+    verdict = _verdict_of(code)
     if verdict is None:
         with _quietly():
-            verdict = _CODE_VERDICTS[code] = _code_verdict(code, compat.caller_frame(1))
+            verdict = _code_verdict(code, compat.caller_frame(1))
+            _CODE_VERDICTS[id(code)] = (code, verdict)
             if verdict != _SKIP:
                 _instrument(code)
     if verdict in (_SKIP, _CHECKED):
@@ -534,7 +548,7 @@ def _on_start(code: types.CodeType, offset: int) -> Any:
     elif state.imports:
         pass  # what an import runs is the module's, not the trace's
     elif verdict == _USER:
-        if code not in state.watches[-1].covered:
+        if id(code) not in state.watches[-1].covered_ids:
             _refuse(
                 state,
                 f"it ran {_module_of(frame)}.{code.co_qualname}, code its key "
@@ -732,14 +746,13 @@ def _on_call(code: types.CodeType, offset: int, callable_: Any, arg0: Any) -> An
         return None
     if kind == _PURE:
         if callable(arg0) and (
-            _CODE_VERDICTS.get(code) == _USER
-            or tuple(name.rsplit(".", 1)) in _HIGHER_ORDER
+            _verdict_of(code) == _USER or tuple(name.rsplit(".", 1)) in _HIGHER_ORDER
         ):
             _check_argument(state, code, arg0)
         return None
     caller = compat.caller_frame(1)
     if kind == _OWN:
-        if _CODE_VERDICTS.get(code) == _USER:
+        if _verdict_of(code) == _USER:
             _refuse(state, f"it called {name} (from {_where(caller)})")
         return None
     with _quietly():

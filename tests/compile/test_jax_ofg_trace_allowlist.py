@@ -627,3 +627,48 @@ def test_a_package_putting_its_vendored_folder_on_the_path_changes_no_key(
     assert environment.installed_distributions() == installed
     monkeypatch.setattr(sys, "path", [*sys.path, str(other)])
     assert "more-3.0.dist-info" in environment.installed_distributions()
+
+
+# ======================================== equal code is not the same code
+CELL = "def f(x):\n    _ = os.stat(PATH).st_size\n    return 2.0 * x\n"
+
+
+def test_a_cell_run_again_is_watched_again():
+    """A notebook cell run twice makes two equal code objects (``==`` holds for
+    code of the same text): the second is watched like the first, not let through
+    as one already seen."""
+    import os
+
+    from pytensor.compile.jax_ofg import as_jax_op, trace_cache_info
+
+    reasons = []
+    for run in ("first", "second"):
+        cell = {"__name__": "__main__", "os": os, "PATH": _file_of_this_test()}
+        exec(CELL, cell)
+        name = f"cell run {run}"
+        x = pt.vector("x", dtype="float64", shape=(3,))
+        with pytensor.config.change_flags(jax_ofg__trace_cache="on"):
+            y = as_jax_op(cell["f"], name=name)(x)
+        np.testing.assert_allclose(y.eval({x: X}), 2.0 * X)
+        reasons.append(trace_cache_info()["uncached_functions"].get(name, ""))
+    assert all("posix.stat" in reason for reason in reasons), reasons
+
+
+def test_code_equal_to_covered_code_in_other_globals_is_not_covered():
+    """The same function text in two modules: the key describes one module's
+    globals, so the other's code (``==`` to it) is code the key does not describe."""
+    from pytensor.compile.jax_ofg_trace_watch import watching
+
+    def scale_in(module_name, factor):
+        module = {"__name__": module_name, "FACTOR": factor}
+        exec("def scale(x):\n    return FACTOR * x\n", module)
+        return module["scale"]
+
+    described, other = scale_in("__main__", 2.0), scale_in("__main__", 3.0)
+    assert described.__code__ == other.__code__
+    with watching([described.__code__]) as watch:
+        described(1.0)
+    assert watch.refusal is None
+    with watching([described.__code__]) as watch:
+        other(1.0)
+    assert watch.refusal == "it ran __main__.scale, code its key does not describe"
