@@ -329,8 +329,8 @@ class _Describer:
     __slots__ = ("active", "codes", "done", "keep", "modules")
 
     def __init__(self):
-        #: the user code described: what a trace of the value may run
-        #: the user code described, by identity (``==`` equates code of other globals)
+        #: the user code described: what a trace of the value may run (by
+        #: identity: ``==`` equates code of other globals)
         self.codes: dict[int, types.CodeType] = {}
         #: ids of the values being described, by depth
         self.active: dict[int, int] = {}
