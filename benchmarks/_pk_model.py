@@ -12,7 +12,8 @@ here, with Stan's ``ode_bdf_tol`` at the same tolerances in :data:`STAN_PROGRAM`
 * :func:`solve`: the concentrations at :data:`TIMES` as a JAX function (its
   adjoint is an argument: diffrax's default reverse-mode adjoint, or
   ``diffrax.ForwardMode()``; and the linear solver of the stiff solver's
-  Newton steps: lineax's LU by default, or :class:`SmallDenseSolver`);
+  Newton steps and of their derivative: lineax's LU by default, or
+  :class:`SmallDenseSolver`, with :func:`root_find_linear_solver`);
 * :func:`build_model`: the PyMC model around a PyTensor ``concentrations(theta)``;
 * :func:`logp`: the same log-density in pure JAX (for pure-JAX timings);
 * :data:`STAN_PROGRAM`, :func:`stan_data`: the model in Stan.
@@ -20,13 +21,15 @@ here, with Stan's ``ode_bdf_tol`` at the same tolerances in :data:`STAN_PROGRAM`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import diffrax
 import jax
 import jax.numpy as jnp
 import lineax as lx
 import numpy as np
+import optimistix as optx
 
 
 jax.config.update("jax_enable_x64", True)
@@ -98,8 +101,49 @@ def small_inverse(matrix):
     return augmented[:, n:]
 
 
+@contextlib.contextmanager
+def root_find_linear_solver(linear_solver: lx.AbstractLinearSolver) -> Iterator[None]:
+    """Differentiate the root finds traced in this block with ``linear_solver``.
+
+    A stiff solver's Newton steps take the root finder's linear solver, but
+    diffrax 0.7 calls ``optimistix.root_find`` without an adjoint, so the
+    derivative of every root find is optimistix's default,
+    ``ImplicitAdjoint(AutoLinearSolver(well_posed=None))``: lineax's LU, one
+    LAPACK ``getrf`` per step, whatever the Newton steps use. Until diffrax
+    lets a model choose it, this block swaps ``optimistix.root_find`` (which
+    diffrax looks up at every call) for one with
+    ``ImplicitAdjoint(linear_solver)``: the same derivative, solved the same
+    way as the Newton steps. Traces only: equinox's ``filter_jit`` inside
+    ``diffeqsolve`` keeps the first trace for a solver, so a solver must be
+    traced inside this block every time or never.
+    """
+    original = optx.root_find
+    adjoint = optx.ImplicitAdjoint(linear_solver=linear_solver)
+
+    def root_find_with_adjoint(*args, **kwargs):
+        kwargs.setdefault("adjoint", adjoint)
+        return original(*args, **kwargs)
+
+    optx.root_find = root_find_with_adjoint
+    try:
+        yield
+    finally:
+        optx.root_find = original
+
+
 def solve(theta, adjoint=None, linear_solver=None):
-    """Concentrations at :data:`TIMES` for ``theta = (ka, V, Vmax, Km)``."""
+    """Concentrations at :data:`TIMES` for ``theta = (ka, V, Vmax, Km)``.
+
+    ``linear_solver`` (default: lineax's LU) solves the Newton steps of the
+    stiff solver and their derivative (:func:`root_find_linear_solver`).
+    """
+    if linear_solver is not None:
+        with root_find_linear_solver(linear_solver):
+            return _solve(theta, adjoint, linear_solver)
+    return _solve(theta, adjoint, None)
+
+
+def _solve(theta, adjoint, linear_solver):
     root_finder = diffrax.with_stepsize_controller_tols(diffrax.VeryChord)(
         **({} if linear_solver is None else {"linear_solver": linear_solver})
     )
