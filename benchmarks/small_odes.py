@@ -5,11 +5,16 @@ Two of posteriordb's kind of small ODE posteriors:
 * ``lv``: the predator-prey model of ``examples/stan_ode.py`` (the case study's
   ``integrate_ode_rk45`` at 1e-5, 1e-3, 500 steps; 8 parameters), nutpie
   started at the priors' locations;
+* ``lv_draws``: the same, nutpie's mass matrix adapted from the draws' variances
+  alone (``adaptation="draw_diag"``, Stan's rule) instead of its default from
+  draws and gradients, which leaves a chain stuck in about half the fits;
 * ``pk``: the stiff PK model of :mod:`_pk_model` (``Kvaerno5``; forward-mode
   gradients, as ``benchmarks/forward_mode.py``'s ``ours_forward``; 5 parameters);
-* ``pk_dense``: the same model, its Newton steps solved by
-  :class:`_pk_model.SmallDenseSolver` in a few XLA ops instead of LAPACK
-  calls (the same numbers: the same posterior, the same Stan program).
+* ``pk_dense``: the same model, its Newton steps and their derivative solved
+  by :class:`_pk_model.SmallDenseSolver` in a few XLA ops instead of LAPACK
+  calls (the same numbers: the same posterior, the same Stan program), and
+  nutpie's ``target_accept=0.9`` (its default 0.8 diverges 3-30 times a fit
+  where Stan's 0.8 diverges 0-2 times, and gave R-hat 1.016 once).
 
 Every measurement runs in a fresh process (``--child``), sharing one set of
 caches per model and route that a first, untimed process fills. Rounds are
@@ -71,9 +76,14 @@ from _processes import ChildFailed, cache_env, run_python  # noqa: E402
 from _timing import median  # noqa: E402
 
 
-MODELS = ("lv", "pk", "pk_dense")
+MODELS = ("lv", "lv_draws", "pk", "pk_dense")
 #: Models whose Stan program is another's: their fits are compared with its.
-SAME_STAN_PROGRAM = {"pk_dense": "pk"}
+SAME_STAN_PROGRAM = {"lv_draws": "lv", "pk_dense": "pk"}
+#: nutpie's settings where a model's are not nutpie's defaults (chains and fits).
+NUTPIE_SETTINGS = {
+    "lv_draws": {"adaptation": "draw_diag"},
+    "pk_dense": {"target_accept": 0.9},
+}
 KINDS = ("startup", "per_call", "chains", "threads", "fit")
 
 LV_STAN_PROGRAM = """
@@ -116,7 +126,7 @@ model {
 # --------------------------------------------------------------------------
 def pymc_model(name: str):
     """The PyMC model and nutpie's initial points for it."""
-    if name == "lv":
+    if name in ("lv", "lv_draws"):
         import stan_ode
 
         return stan_ode.build_model(), stan_ode.PRIOR_LOCATIONS
@@ -130,7 +140,7 @@ def pymc_model(name: str):
 
 def stan_program(name: str) -> tuple[str, dict, list[str]]:
     """The Stan program, its data and the parameters compared."""
-    if name == "lv":
+    if SAME_STAN_PROGRAM.get(name, name) == "lv":
         import numpy as np
         import stan_ode
 
@@ -280,6 +290,7 @@ def child_chains(spec: dict) -> dict:
         cores=spec["cores"],
         seed=spec["seed"],
         progress_bar=False,
+        **NUTPIE_SETTINGS.get(spec["model"], {}),
     )
     seconds = time.perf_counter() - before
     steps = (
@@ -321,6 +332,7 @@ def child_fit(spec: dict) -> dict:
             cores=2,
             seed=spec["seed"],
             progress_bar=False,
+            **NUTPIE_SETTINGS.get(spec["model"], {}),
         )
         phases["sampling"] = since_start() - before
         _, _, parameters = stan_program(name)
@@ -430,9 +442,13 @@ def plan(settings) -> list[list[dict]]:
                 ]
             if "threads" in settings.kinds and name == "pk":
                 specs.append({"kind": "threads", "model": name, "route": "jax"})
-            if "fit" in settings.kinds:  # one Stan program for both PK models
-                routes = ("ours",) if name in SAME_STAN_PROGRAM else ("ours", "stan")
-                specs += [{"kind": "fit", "model": name, "route": r} for r in routes]
+            if "fit" in settings.kinds:
+                specs.append({"kind": "fit", "model": name, "route": "ours"})
+        if "fit" in settings.kinds:  # Stan once per program
+            programs = dict.fromkeys(
+                SAME_STAN_PROGRAM.get(n, n) for n in settings.models
+            )
+            specs += [{"kind": "fit", "model": p, "route": "stan"} for p in programs]
         for spec in specs:
             spec["seed"] = settings.seed + round_
         shift = round_ % max(len(specs), 1)
