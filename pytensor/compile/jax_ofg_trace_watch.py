@@ -752,12 +752,19 @@ def _on_call(code: types.CodeType, offset: int, callable_: Any, arg0: Any) -> An
         return None
     caller = compat.caller_frame(1)
     if kind == _OWN:
-        if _verdict_of(code) == _USER:
+        # The caller's module is asked as well as the code's verdict: the
+        # refusal must not rest on one lookup (fail closed).
+        if _verdict_of(code) == _USER or _is_user_frame(caller):
             _refuse(state, f"it called {name} (from {_where(caller)})")
         return None
     with _quietly():
         _check_caller(state, caller, name, libraries=kind == _SYNC)
     return None
+
+
+def _is_user_frame(frame: types.FrameType | None) -> bool:
+    with _quietly():
+        return frame is not None and module_kind(_module_of(frame))[0] == "user"
 
 
 def _check_argument(state: _ThreadState, code: types.CodeType, value: Any) -> None:
