@@ -534,7 +534,42 @@ def test_a_function_calling_what_the_allowlist_does_not_hold_is_not_cached(case)
     found = after["uncached_functions"].get(name, "")
     # on failure: whether the trace was served (a hit) or traced and kept
     counts = {k: after[k] - before[k] for k in ("hits", "misses", "uncached")}
-    assert any(part in found for part in reason.split("|")), (found, counts)
+    assert any(part in found for part in reason.split("|")), (
+        found,
+        counts,
+        _watch_internals(namespace["f"]),
+    )
+
+
+def _watch_internals(f) -> dict:
+    """What the trace watch holds about ``f`` now, and what a fresh watch of it
+    refuses (for a failure that CI shows and no local run does)."""
+    import gc
+    import sys
+
+    from pytensor.compile import jax_ofg_trace_watch as watch_module
+    from pytensor.compile.jax_ofg_code_origin import module_kind
+
+    tool = watch_module._tool_id
+    monitoring = sys.monitoring
+    code = f.__code__
+    internals = {
+        "tool": (tool, tool is not None and monitoring.get_tool(tool)),
+        "global events": tool is not None and monitoring.get_events(tool),
+        "local events of f": tool is not None
+        and monitoring.get_local_events(tool, code),
+        "verdict of f": watch_module._verdict_of(code),
+        "kind of f's module": module_kind(f.__globals__.get("__name__")),
+        "memo verdict": watch_module._callable_verdict(memoised, type(memoised)),
+        "states": dict(watch_module._STATES),
+        "instrumented": id(code) in watch_module._INSTRUMENTED,
+        "gc callbacks": [getattr(c, "__qualname__", c) for c in gc.callbacks],
+        "other tools": [monitoring.get_tool(i) for i in range(6)],
+    }
+    with watch_module.watching([code]) as fresh:
+        f(1.0)
+    internals["a fresh watch of f refuses"] = fresh.refusal
+    return internals
 
 
 def test_a_function_calling_only_what_the_allowlist_holds_is_cached():
