@@ -698,7 +698,10 @@ def _verdict_key(callable_: Any, cls: type) -> Any:
         return callable_
     if isinstance(callable_, type) or cls.__name__ in _NAMED_FUNCTION_TYPES:
         return callable_
-    return cls  # an instance: its type decides
+    # An instance: its type decides, under a key of its own. Calling the
+    # class makes an instance (``functools.lru_cache`` making a memo, pure);
+    # calling an instance runs it (a memo answering): other verdicts.
+    return (cls, None)
 
 
 def _callable_verdict(callable_: Any, cls: type) -> tuple[int, str]:
@@ -711,6 +714,11 @@ def _callable_verdict(callable_: Any, cls: type) -> tuple[int, str]:
     if cls is functools.partial:
         inner = callable_.func
         return _callable_verdict(inner, type(inner))
+    if cls is types.MethodWrapperType and callable_.__name__ == "__call__":
+        owner = callable_.__self__  # ``memo.__call__(x)`` is ``memo(x)``
+        if type(owner) is types.FunctionType:
+            return _PYTHON, ""  # its start is checked
+        return _callable_verdict(owner, type(owner))
     key = _verdict_key(callable_, cls)
     try:
         verdict = _CALLABLE_VERDICTS.get(key)
@@ -752,19 +760,12 @@ def _on_call(code: types.CodeType, offset: int, callable_: Any, arg0: Any) -> An
         return None
     caller = compat.caller_frame(1)
     if kind == _OWN:
-        # The caller's module is asked as well as the code's verdict: the
-        # refusal must not rest on one lookup (fail closed).
-        if _verdict_of(code) == _USER or _is_user_frame(caller):
+        if _verdict_of(code) == _USER:
             _refuse(state, f"it called {name} (from {_where(caller)})")
         return None
     with _quietly():
         _check_caller(state, caller, name, libraries=kind == _SYNC)
     return None
-
-
-def _is_user_frame(frame: types.FrameType | None) -> bool:
-    with _quietly():
-        return frame is not None and module_kind(_module_of(frame))[0] == "user"
 
 
 def _check_argument(state: _ThreadState, code: types.CodeType, value: Any) -> None:

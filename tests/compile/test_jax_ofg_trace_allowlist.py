@@ -481,6 +481,7 @@ CALLS = {
     "a C extension": ("zlib.crc32(b'abc') % 7", "zlib.crc32"),
     "ctypes": ("ctypes.CDLL(None).getpid()", "ctypes"),
     "a memo of the user's": ("memoised(2.0)", "functools._lru_cache_wrapper"),
+    "a memo's __call__": ("memoised.__call__(2.0)", "functools._lru_cache_wrapper"),
     "hash": ("hash('a') % 7", "builtins.hash"),
     # Python 3.13's subprocess takes a lock before it starts the process
     "subprocess": ("subprocess.run(['true']).returncode", "subprocess|_thread.lock"),
@@ -539,6 +540,57 @@ def test_a_function_calling_what_the_allowlist_does_not_hold_is_not_cached(case)
         counts,
         _watch_internals(namespace["f"]),
     )
+
+
+#: Traces a function that makes a memo, then one that calls a memo, in a
+#: fresh process (the watch's verdicts on what is called are per process).
+MEMO_MADE_THEN_CALLED = """
+import functools, json
+import jax.numpy as jnp, pytensor, pytensor.tensor as pt
+from pytensor.compile.jax_ofg import as_jax_op, trace_cache_info
+
+@functools.cache
+def table():
+    return jnp.arange(3.0)
+
+table()  # filled before any trace
+
+@as_jax_op
+def makes_a_memo(x):
+    functools.lru_cache(jnp.sin)  # made, never called
+    return 2.0 * x
+
+@as_jax_op
+def calls_a_memo(x):
+    return x * table()
+
+x = pt.vector("x", dtype="float64", shape=(3,))
+with pytensor.config.change_flags(jax_ofg__trace_cache="on"):
+    makes_a_memo(x)
+    calls_a_memo(x)
+print("UNCACHED", json.dumps(trace_cache_info()["uncached_functions"]))
+"""
+
+
+def test_making_a_memo_while_traced_does_not_let_a_later_memo_call_through(
+    tmp_path,
+):
+    """Making a memo (calling ``functools._lru_cache_wrapper``, the class) is
+    pure; calling one (an instance) answers from the memo's contents. The two
+    verdicts once shared a key, so that a memo made first let every later
+    memo call through, and the trace of ``calls_a_memo`` was kept."""
+    done = run_script(
+        MEMO_MADE_THEN_CALLED,
+        tmp_path,
+        timeout=300,
+        env={"PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'cache'}"},
+    )
+    line = next(s for s in done.stdout.splitlines() if s.startswith("UNCACHED "))
+    uncached = json.loads(line[len("UNCACHED ") :])
+    assert "makes_a_memo" not in uncached, uncached
+    assert "functools._lru_cache_wrapper (from __main__.calls_a_memo)" in (
+        uncached.get("calls_a_memo", "")
+    ), uncached
 
 
 def _watch_internals(f) -> dict:
