@@ -141,14 +141,38 @@ def cost(x):
     return pt.sum(solve(x))
 """
 
+#: Making a memo (calling the class ``functools._lru_cache_wrapper``) is
+#: pure; calling one answers from its contents. The two verdicts once shared
+#: a key: a memo made while traced let every later memo call through.
+MEMO_MADE_BEFORE_THE_LOADER_MODEL = (
+    MEMOISED_LOADER_MODEL
+    + """
+@as_jax_op
+def makes_a_memo(x):
+    functools.lru_cache(jnp.sin)  # made, never called
+    return 2.0 * x
+
+def before_building():
+    makes_a_memo(pt.vector(dtype="float64", shape=(3,)))  # traced first
+"""
+)
+
 
 @pytest.mark.parametrize(
     "model, reason",
     [
         (JIT_HELPER_MODEL, "_io.open (from numpy.lib._npyio_impl.load)"),
         (MEMOISED_LOADER_MODEL, "functools._lru_cache_wrapper (from model.solve)"),
+        (
+            MEMO_MADE_BEFORE_THE_LOADER_MODEL,
+            "functools._lru_cache_wrapper (from model.solve)",
+        ),
     ],
-    ids=["jitted helper reading a file", "memoised loader"],
+    ids=[
+        "jitted helper reading a file",
+        "memoised loader",
+        "memoised loader after a memo was made",
+    ],
 )
 def test_a_trace_depending_on_what_no_key_holds_is_not_served(tmp_path, model, reason):
     project = Project(tmp_path, {"model.py": model})
@@ -535,93 +559,7 @@ def test_a_function_calling_what_the_allowlist_does_not_hold_is_not_cached(case)
     found = after["uncached_functions"].get(name, "")
     # on failure: whether the trace was served (a hit) or traced and kept
     counts = {k: after[k] - before[k] for k in ("hits", "misses", "uncached")}
-    assert any(part in found for part in reason.split("|")), (
-        found,
-        counts,
-        _watch_internals(namespace["f"]),
-    )
-
-
-#: Traces a function that makes a memo, then one that calls a memo, in a
-#: fresh process (the watch's verdicts on what is called are per process).
-MEMO_MADE_THEN_CALLED = """
-import functools, json
-import jax.numpy as jnp, pytensor, pytensor.tensor as pt
-from pytensor.compile.jax_ofg import as_jax_op, trace_cache_info
-
-@functools.cache
-def table():
-    return jnp.arange(3.0)
-
-table()  # filled before any trace
-
-@as_jax_op
-def makes_a_memo(x):
-    functools.lru_cache(jnp.sin)  # made, never called
-    return 2.0 * x
-
-@as_jax_op
-def calls_a_memo(x):
-    return x * table()
-
-x = pt.vector("x", dtype="float64", shape=(3,))
-with pytensor.config.change_flags(jax_ofg__trace_cache="on"):
-    makes_a_memo(x)
-    calls_a_memo(x)
-print("UNCACHED", json.dumps(trace_cache_info()["uncached_functions"]))
-"""
-
-
-def test_making_a_memo_while_traced_does_not_let_a_later_memo_call_through(
-    tmp_path,
-):
-    """Making a memo (calling ``functools._lru_cache_wrapper``, the class) is
-    pure; calling one (an instance) answers from the memo's contents. The two
-    verdicts once shared a key, so that a memo made first let every later
-    memo call through, and the trace of ``calls_a_memo`` was kept."""
-    done = run_script(
-        MEMO_MADE_THEN_CALLED,
-        tmp_path,
-        timeout=300,
-        env={"PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'cache'}"},
-    )
-    line = next(s for s in done.stdout.splitlines() if s.startswith("UNCACHED "))
-    uncached = json.loads(line[len("UNCACHED ") :])
-    assert "makes_a_memo" not in uncached, uncached
-    assert "functools._lru_cache_wrapper (from __main__.calls_a_memo)" in (
-        uncached.get("calls_a_memo", "")
-    ), uncached
-
-
-def _watch_internals(f) -> dict:
-    """What the trace watch holds about ``f`` now, and what a fresh watch of it
-    refuses (for a failure that CI shows and no local run does)."""
-    import gc
-    import sys
-
-    from pytensor.compile import jax_ofg_trace_watch as watch_module
-    from pytensor.compile.jax_ofg_code_origin import module_kind
-
-    tool = watch_module._tool_id
-    monitoring = sys.monitoring
-    code = f.__code__
-    internals = {
-        "tool": (tool, tool is not None and monitoring.get_tool(tool)),
-        "global events": tool is not None and monitoring.get_events(tool),
-        "local events of f": tool is not None
-        and monitoring.get_local_events(tool, code),
-        "verdict of f": watch_module._verdict_of(code),
-        "kind of f's module": module_kind(f.__globals__.get("__name__")),
-        "memo verdict": watch_module._callable_verdict(memoised, type(memoised)),
-        "states": dict(watch_module._STATES),
-        "instrumented": id(code) in watch_module._INSTRUMENTED,
-        "gc callbacks": [getattr(c, "__qualname__", c) for c in gc.callbacks],
-        "other tools": [monitoring.get_tool(i) for i in range(6)],
-    }
-    with watch_module.watching([code]) as fresh:
-        f(1.0)
-    internals["a fresh watch of f refuses"] = fresh.refusal
-    return internals
+    assert any(part in found for part in reason.split("|")), (found, counts)
 
 
 def test_a_function_calling_only_what_the_allowlist_holds_is_cached():
