@@ -6,7 +6,9 @@ from several threads at once) against the model's log-density in JAX
 analytic posterior of :mod:`_conjugate_model`.
 """
 
+import math
 import threading
+import warnings
 
 import equinox as eqx
 import jax
@@ -163,6 +165,44 @@ def test_a_raising_log_density_is_a_rejected_proposal():
     reference, _ = jax_value_and_grad(model)(jnp.array([1.0, 0.0]))
     assert status == 0
     np.testing.assert_allclose(logp, reference, rtol=1e-12)
+
+
+@as_jax_op
+def steep_at_zero(theta):
+    """A log-density term: ``-inf`` where ``theta[1] > 5``, finite elsewhere; its
+    gradient infinite where ``theta[0] == 0``, about ``1e308`` in both
+    coordinates elsewhere (their sum overflows).
+    """
+    return (
+        jnp.cbrt(theta[0])
+        + jnp.where(theta[1] > 5, -jnp.inf, 0.0)
+        + 1e308 * (theta[0] + theta[1])
+    )
+
+
+@pytest.mark.parametrize(
+    ("point", "status"),
+    [
+        pytest.param([0.0, 1.0], 3, id="infinite gradient, finite value"),
+        pytest.param([1.0, 6.0], 4, id="finite gradient, infinite value"),
+        pytest.param([1.0, -1.0], 0, id="finite, but the gradient sums to inf"),
+    ],
+)
+def test_a_nonfinite_log_density_or_gradient_gets_nutpies_status(point, status):
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0.0, 1.0, shape=2)
+        pm.Potential("steep", steep_at_zero(theta))
+    compiled = nutpie.compile_pymc_model(model)
+    point = np.array(point)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nutpie's threads would print them
+        got, logp, gradient = call_logp(compiled, point)
+    reference, reference_gradient = jax_value_and_grad(model)(jnp.array(point))
+    assert got == status
+    np.testing.assert_array_equal(logp, reference)
+    np.testing.assert_array_equal(gradient, reference_gradient)
+    if status == 0:  # a test by the gradient's sum would call it infinite
+        assert math.isinf(sum(gradient.tolist())) and np.isfinite(gradient).all()
 
 
 def test_a_model_without_jax_ops_keeps_nutpies_cfunc():
