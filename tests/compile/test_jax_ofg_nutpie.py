@@ -109,6 +109,27 @@ def test_threads_calling_at_once_each_get_their_own_point(model, compiled):
     assert not failures, failures[:3]
 
 
+def test_a_point_buffer_and_its_jax_array_share_memory():
+    buffer, array = jax_ofg_nutpie.aliased_buffer((3,), "float64")
+    double = jax.jit(lambda x: 2 * x)
+    for point in ([1.0, 2.0, 3.0], [-4.0, 0.5, 8.0]):
+        buffer[...] = point
+        np.testing.assert_array_equal(double(array), 2 * np.array(point))
+
+
+def test_where_jax_copies_host_memory_the_point_is_passed_as_is(model, monkeypatch):
+    monkeypatch.setattr(jax.dlpack, "from_dlpack", jnp.array)  # a copy
+    assert jax_ofg_nutpie.aliased_buffer((2,), "float64") == (None, None)
+    compiled = nutpie.compile_pymc_model(model)
+    reference = jax_value_and_grad(model)
+    for x in ([0.3, -0.7], [1.5, 0.25]):
+        status, logp, gradient = call_logp(compiled, np.array(x))
+        value, grad = reference(jnp.array(x))
+        assert status == 0
+        np.testing.assert_allclose(logp, value, rtol=1e-12)
+        np.testing.assert_allclose(gradient, grad, rtol=1e-10)
+
+
 def test_expanding_a_point_gives_the_draw(compiled):
     function = jax_ofg_nutpie.EXPAND_SIGNATURE(compiled.compiled_expand_func.address)
     x = np.array([0.25, -1.5])
