@@ -166,8 +166,9 @@ def flat_function(
     Without its storage, so that threads may call it at once. A graph that is
     one JAX op of static output shapes is the op's packed buffers (read-only
     views of JAX's), which the callbacks copy straight into nutpie's, and the
-    slot of each output in them. Any other graph is its outputs, each its own
-    raveled buffer.
+    slot of each output in them; its first input, nutpie's point, reaches XLA
+    as a JAX array (:func:`_point_as_jax_array`). Any other graph is its
+    outputs, each its own raveled buffer.
     """
     fgraph = function.maker.fgraph
     node = one_jax_op(fgraph)
