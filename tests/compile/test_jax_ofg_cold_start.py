@@ -311,6 +311,26 @@ def test_equal_ops_share_a_key_and_outlive_each_other():
     assert key not in numba_dispatch._REGISTRY
 
 
+def test_an_op_keeps_its_key_when_a_lower_suffix_is_freed():
+    import gc
+
+    x = pt.vector("x", shape=(3,))
+    xv = np.array([0.1, 0.2, 0.3])
+    # Equal descriptions, unequal ops (two closures): two suffixes.
+    earlier = pytensor.function([x], scaled_by(2.0)(x), mode="NUMBA")
+    later_op = scaled_by(2.0)
+    first = pytensor.function([x], later_op(x), mode="NUMBA")
+    key = numba_key_of(first)
+    earlier_key = numba_key_of(earlier)
+    assert earlier_key.rsplit("_", 1)[0] == key.rsplit("_", 1)[0] != earlier_key
+    del earlier
+    gc.collect()  # the earlier op's suffix is free again
+    second = pytensor.function([x], later_op(x), mode="NUMBA")
+    assert numba_key_of(second) == key
+    np.testing.assert_allclose(second(xv), 2.0 * np.sin(xv))
+    np.testing.assert_allclose(first(xv), 2.0 * np.sin(xv))
+
+
 # ================================================= traces, once per process
 @pytest.mark.parametrize("islands", [True, False], ids=["islands", "no-islands"])
 def test_no_trace_is_repeated_for_an_equal_function_and_equal_types(islands, capsys):

@@ -69,7 +69,8 @@ def register(op: JaxHostOp, writable: tuple[bool, ...], host: Callable) -> str:
     next process. The key starts from the op's description
     (:func:`~pytensor.compile.jax_ofg_fingerprints.describe`) or, for an op
     that cannot be described, from its type and output types; ops that start
-    alike but differ get the next free suffix, in the order they are compiled.
+    alike but differ get the next free suffix, in the order they are compiled
+    (an op registered already keeps its suffix).
     A cached body is right for whichever op its key names in this process:
     it only calls that op's host function, and besides its source and input
     types (in Numba's cache key) it depends only on the output dtypes, which
@@ -81,16 +82,30 @@ def register(op: JaxHostOp, writable: tuple[bool, ...], host: Callable) -> str:
         text = f"{type(op).__qualname__}{[str(t) for t in op.output_types]}"
     base = digest(f"{text}|{writable}")
     with _LOCK:
-        for suffix in itertools.count():
-            key = f"{base}_{suffix}"
-            entry = _REGISTRY.get(key)
-            if entry is None:
-                entry = _REGISTRY[key] = _Entry(op, writable)
-            if entry.op == op and entry.writable == writable:
-                entry.hosts.add(host)
-                entry.latest = weakref.ref(host)
-                weakref.finalize(host, _release, key)
-                return key
+        # The op's own key first: a free suffix below it (its holder was
+        # released) would give an op already registered a second key.
+        key = next(
+            (
+                key
+                for key, entry in _REGISTRY.items()
+                if key.rpartition("_")[0] == base
+                and entry.op == op
+                and entry.writable == writable
+            ),
+            None,
+        )
+        if key is None:
+            key = next(
+                f"{base}_{suffix}"
+                for suffix in itertools.count()
+                if f"{base}_{suffix}" not in _REGISTRY
+            )
+            _REGISTRY[key] = _Entry(op, writable)
+        entry = _REGISTRY[key]
+        entry.hosts.add(host)
+        entry.latest = weakref.ref(host)
+        weakref.finalize(host, _release, key)
+        return key
 
 
 def _release(key: str) -> None:
