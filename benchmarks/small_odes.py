@@ -29,6 +29,10 @@ order), and the tables give medians over rounds.
   nutpie calls (from compiled code without the GIL, as nutpie's threads), against the same log-density in pure JAX
   (``jax.jit(jax.value_and_grad(get_jaxified_logp(model)))``), interleaved
   batches in one process.
+* **parallel calls**: the per-call measurement's two calls (ours through
+  nutpie's C function, pure JAX), each from one thread and from two threads
+  at once, interleaved in one process: the throughput two threads reach
+  without nutpie's sampler, and so what this machine allows two chains.
 * **chains**: ``nutpie.sample``, 2 chains of 300 + 300, ``cores=1`` against
   ``cores=2`` in alternating processes; also the ratio the chains' own lengths
   allow (total leapfrog steps over those of the longer chain).
@@ -84,7 +88,7 @@ NUTPIE_SETTINGS = {
     "lv_draws": {"adaptation": "draw_diag"},
     "pk_dense": {"target_accept": 0.9},
 }
-KINDS = ("startup", "per_call", "chains", "threads", "fit")
+KINDS = ("startup", "per_call", "parallel_calls", "chains", "threads", "fit")
 
 LV_STAN_PROGRAM = """
 functions {
@@ -277,6 +281,45 @@ def child_per_call(spec: dict) -> dict:
     return {name: s.median for name, s in stats.items()}
 
 
+def threads_throughput(call, threads: int, seconds: float = 1.0) -> float:
+    """Calls per second of ``call`` made from ``threads`` threads at once."""
+    import threading
+
+    counts = [0] * threads
+    stop = time.perf_counter() + seconds
+
+    def calls(k: int) -> None:
+        while time.perf_counter() < stop:
+            call()
+            counts[k] += 1
+
+    workers = [threading.Thread(target=calls, args=(k,)) for k in range(threads)]
+    start = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(counts) / (time.perf_counter() - start)
+
+
+def child_parallel_calls(spec: dict) -> dict:
+    phases: dict = {}
+    model, compiled, x = compile_ours(spec["model"], "ours", phases)
+    calls = {"ours": logp_call(compiled, x), "jax": pure_jax(model, compiled, x)}
+    for call in calls.values():  # warm
+        threads_throughput(call, 2, seconds=0.2)
+    results: dict[str, list[float]] = {}
+    for _ in range(7):  # interleaved rounds
+        for name, call in calls.items():
+            for threads in (1, 2):
+                wall, cpu = time.perf_counter(), time.process_time()
+                rate = threads_throughput(call, threads)
+                busy = (time.process_time() - cpu) / (time.perf_counter() - wall)
+                results.setdefault(f"{name}|{threads}", []).append(rate)
+                results.setdefault(f"{name}|{threads}|cores busy", []).append(busy)
+    return results
+
+
 def child_chains(spec: dict) -> dict:
     import nutpie
 
@@ -402,6 +445,7 @@ CHILDREN = {
     "threads": child_threads,
     "startup": child_startup,
     "per_call": child_per_call,
+    "parallel_calls": child_parallel_calls,
     "chains": child_chains,
     "fit": child_fit,
 }
@@ -437,6 +481,8 @@ def plan(settings) -> list[list[dict]]:
                 ]
             if "per_call" in settings.kinds:
                 specs.append({"kind": "per_call", "model": name, "route": "ours"})
+            if "parallel_calls" in settings.kinds:
+                specs.append({"kind": "parallel_calls", "model": name, "route": "ours"})
             if "chains" in settings.kinds:
                 specs += [
                     {"kind": "chains", "model": name, "route": "ours", "cores": c}
@@ -565,6 +611,47 @@ def report(runs: dict[str, list[dict]], settings) -> str:
                     "speed-up, per round",
                     "median",
                     "allowed by the chains' lengths",
+                ],
+                rows,
+            ),
+            "",
+        ]
+    rows = []
+    for name in MODELS:  # stored runs too
+        found = ok.get(f"parallel_calls|{name}|ours", [])
+        if not found:
+            continue
+        row = [name]
+        for who in ("ours", "jax"):
+            # Per round: two threads' calls per second over one thread's.
+            ratios = [
+                two / one
+                for run in found
+                for one, two in zip(run[f"{who}|1"], run[f"{who}|2"])
+            ]
+            one = median([rate for run in found for rate in run[f"{who}|1"]])
+            busy = median([b for run in found for b in run[f"{who}|1|cores busy"]])
+            row += [f"{1e6 / one:.0f}", f"{busy:.2f}", f"{median(ratios):.2f}"]
+        rows.append(row)
+    if rows:
+        lines += [
+            "## Calls from two threads at once, without the sampler",
+            "",
+            "Value and gradient at the start point, called as fast as possible "
+            "from one thread, then from two (7 interleaved rounds of 1 s in one "
+            "process, per round the ratio of calls per second). Cores busy: "
+            "the process's CPU seconds per second with one thread calling "
+            "(XLA's CPU runtime runs the program on its own threads).",
+            "",
+            markdown_table(
+                [
+                    "model",
+                    "ours: µs per call, 1 thread",
+                    "cores busy",
+                    "ours: throughput, 2 threads over 1",
+                    "pure JAX: µs per call, 1 thread",
+                    "cores busy",
+                    "pure JAX: throughput, 2 threads over 1",
                 ],
                 rows,
             ),
