@@ -26,7 +26,12 @@ def write() -> None:
     counts = {key: info[key] for key in KEYS}
     if any(counts.values()):
         counts["reasons"] = sorted(set(info["uncached_functions"].values()))
-        (Path(folder) / f"{os.getpid()}.json").write_text(json.dumps(counts))
+        # Whole or not at all: a process killed while writing (tests kill
+        # some) must not leave a truncated file for the summary.
+        path = Path(folder) / f"{os.getpid()}.json"
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(counts))
+        os.replace(partial, path)
 
 
 def summary() -> str | None:
@@ -38,19 +43,25 @@ def summary() -> str | None:
         return None
     totals = dict.fromkeys(KEYS, 0)
     reasons: Counter = Counter()
-    processes = 0
+    processes = unreadable = 0
     for path in Path(folder).glob("*.json"):
+        try:
+            counts = json.loads(path.read_text())
+        except (OSError, ValueError):  # not write()'s: it replaces whole files
+            unreadable += 1
+            continue
         processes += 1
-        counts = json.loads(path.read_text())
         reasons.update(counts.pop("reasons", ()))
         for key, value in counts.items():
             totals[key] += value
-    if not processes:
+    if not processes and not unreadable:
         return None
     lines = [
         f"trace cache (verify): {totals['verified']} of {totals['hits']} hits "
         f"verified against a fresh trace, in {processes} processes; "
         f"{totals['uncached']} uncached lookups; why, in how many processes:"
     ]
+    if unreadable:
+        lines.insert(1, f"  ({unreadable} processes' counts could not be read)")
     lines += [f"  {n:4d}  {reason[:300]}" for reason, n in reasons.most_common(40)]
     return "\n".join(lines)
