@@ -23,6 +23,13 @@ sys.path += [{str(ROOT / "tests")!r}, {str(ROOT / "tests" / "compile")!r}]
 atexit.register(lambda: __import__("_trace_cache_counts").write())
 """
 
+#: The ``PYTENSOR_FLAGS`` entry of a fresh process whose traces a test counts.
+#: The suite's fresh processes verify every trace cache hit (conftest.py), and
+#: verifying a hit traces again; PyTensor merges ``PYTENSOR_FLAGS`` with the
+#: suite's ``PYTENSORRC`` flag by flag, so a test that sets only
+#: ``base_compiledir`` still verifies.
+SERVE_HITS = "jax_ofg__trace_cache=on"
+
 
 def run_python(
     arguments: list[str],

@@ -7,7 +7,8 @@ pytest puts the folder of each ``conftest.py`` on ``sys.path`` (the default
 The suite runs with ``jax_ofg__trace_cache=verify``: in this process with a
 trace folder of its own (a test counting traces must not depend on what
 earlier runs left on disk), and in the fresh processes tests start (through
-a ``PYTENSORRC`` file, unless a test sets its own flags) with the usual one,
+a ``PYTENSORRC`` file, unless a test sets the flag itself: ``_fresh_process.SERVE_HITS``)
+with the usual one,
 where entries of earlier runs are verified too. A test that counts traces
 switches to ``on`` itself. At the end, the run says how many hits were
 verified (every process's counts, collected in a folder named by
@@ -32,7 +33,8 @@ def pytest_configure(config):
         # tests of examples assert that their output holds no warning. Read
         # last, it overrides the user's file; PYTENSOR_FLAGS overrides both.
         rc = Path(os.environ[_trace_cache_counts.VARIABLE]) / "pytensorrc"
-        rc.write_text("[global]\njax_ofg__trace_cache = verify\n")
+        # PyTensor reads a flag ``a__b`` from option ``b`` of section ``[a]``.
+        rc.write_text("[jax_ofg]\ntrace_cache = verify\n")
         user_rc = os.environ.get("PYTENSORRC", str(Path.home() / ".pytensorrc"))
         os.environ["PYTENSORRC"] = os.pathsep.join((user_rc, str(rc)))
 

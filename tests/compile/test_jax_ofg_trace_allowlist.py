@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _fake_distributions import install_distribution
-from _fresh_process import run_script
+from _fresh_process import SERVE_HITS, run_script
 from _linkers import compile_function
 
 import pytensor
@@ -76,7 +76,9 @@ class Project:
             SCRIPT,
             self.folder,
             timeout=600,
-            env={"PYTENSOR_FLAGS": f"base_compiledir={self.folder / 'cache'}{flags}"},
+            env={
+                "PYTENSOR_FLAGS": f"{SERVE_HITS},base_compiledir={self.folder / 'cache'}{flags}"
+            },
         )
         lines = done.stdout.splitlines()
         result = next(json.loads(s[7:]) for s in lines if s.startswith("RESULT "))

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _fake_distributions import install_distribution
-from _fresh_process import SITECUSTOMIZE, run_python
+from _fresh_process import SERVE_HITS, SITECUSTOMIZE, run_python
 from _linkers import compile_function
 
 import pytensor
@@ -110,7 +110,7 @@ class Project:
         environment = {
             **subprocess_env(),
             "PYTHONPATH": f"{self.folder / 'startup'}:{self.folder}",
-            "PYTENSOR_FLAGS": f"base_compiledir={self.compiledir}{flags}",
+            "PYTENSOR_FLAGS": f"{SERVE_HITS},base_compiledir={self.compiledir}{flags}",
             **(env or {}),
         }
         done = subprocess.run(
@@ -253,7 +253,7 @@ def test_two_processes_filling_the_cache_at_once_both_work(project):
     environment = {
         **subprocess_env(),
         "PYTHONPATH": f"{project.folder / 'startup'}:{project.folder}",
-        "PYTENSOR_FLAGS": f"base_compiledir={project.compiledir}",
+        "PYTENSOR_FLAGS": f"{SERVE_HITS},base_compiledir={project.compiledir}",
     }
     processes = [
         subprocess.Popen(
@@ -604,7 +604,9 @@ def test_equinox_checks_are_served_and_raise_as_before(tmp_path, script_text, me
             [str(script)],
             tmp_path,
             timeout=600,
-            env={"PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'cd'}{flags}"},
+            env={
+                "PYTENSOR_FLAGS": f"{SERVE_HITS},base_compiledir={tmp_path / 'cd'}{flags}"
+            },
         )
         lines = done.stdout.splitlines()
         marked = {
@@ -738,3 +740,18 @@ def test_the_oldest_entries_go_beyond_the_size_limit_and_clear_empties_it(
     trace_cache.clear_trace_cache()
     assert list(tmp_path.iterdir()) == []
     assert lookup(9)[0] == 9.0 and misses() == before + 11  # traced again
+
+
+def test_the_suites_fresh_processes_verify_every_hit(tmp_path):
+    # The suite's claim (conftest.py): fresh processes run with
+    # jax_ofg__trace_cache=verify, read from the PYTENSORRC file it writes.
+    done = run_python(
+        [
+            "-c",
+            "import pytensor.compile.jax_ofg; "
+            "from pytensor.compile.jax_ofg_trace_cache import mode; print(mode())",
+        ],
+        tmp_path,
+        timeout=120,
+    )
+    assert done.stdout.split() == ["verify"]

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _fresh_process import run_script
+from _fresh_process import SERVE_HITS, run_script
 from _linkers import compile_function
 
 import pytensor
@@ -283,7 +283,7 @@ def test_a_second_process_traces_again_only_with_wrap_jax(tmp_path):
 
     traces = {}
     for which in ("ours", "wrap_jax"):
-        env = {"PYTENSOR_FLAGS": f"base_compiledir={tmp_path / which}"}
+        env = {"PYTENSOR_FLAGS": f"{SERVE_HITS},base_compiledir={tmp_path / which}"}
         counts = []
         for _ in range(2):
             out = run_python([str(script), which], tmp_path, timeout=300, env=env)
