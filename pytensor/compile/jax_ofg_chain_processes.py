@@ -144,7 +144,11 @@ def sample_in_processes(
     -------
     xarray.DataTree
         nutpie's trace of all chains, numbered ``0`` to ``chains - 1`` in the
-        workers' order.
+        workers' order; as ``pm.sample(nuts_sampler="nutpie")`` returns it for
+        a ``pymc.Model``: with the model's ``observed_data`` and
+        ``constant_data`` groups, and the posterior's ``sampling_time``
+        (seconds from the workers' start to the last one's end, their imports
+        and compilation included) and ``tuning_steps``.
 
     Raises
     ------
@@ -152,6 +156,7 @@ def sample_in_processes(
         When a worker fails (with the end of its error output) or the workers
         run out of ``timeout``.
     """
+    start = time.perf_counter()
     results = run_chain_processes(
         model,
         chains=chains,
@@ -161,7 +166,10 @@ def sample_in_processes(
         timeout=timeout,
         **sample_kwargs,
     )
-    return merge_chains([result.trace for result in results])
+    trace = merge_chains([result.trace for result in results])
+    if "sampling_time" in trace.posterior.attrs:
+        trace.posterior.attrs["sampling_time"] = time.perf_counter() - start
+    return trace
 
 
 def run_chain_processes(
@@ -269,6 +277,11 @@ def merge_chains(traces: Sequence[Any]) -> Any:
     return tree
 
 
+def _is_pymc_model(model: Any) -> bool:
+    pymc = sys.modules.get("pymc")
+    return pymc is not None and isinstance(model, pymc.Model)
+
+
 def _usable_cpus() -> list[int]:
     """The cores this process may run on, or none where affinity is not Linux's."""
     if hasattr(os, "sched_getaffinity"):
@@ -354,7 +367,7 @@ def _work(job_path: str, start: float) -> int:
         import nutpie
 
         model = cloudpickle.loads(job["model"])
-        if callable(model) and not hasattr(model, "free_RVs"):
+        if not _is_pymc_model(model) and callable(model):
             model = model()
         seconds = {"imports": time.perf_counter() - start}
         before = time.perf_counter()
@@ -365,6 +378,11 @@ def _work(job_path: str, start: float) -> int:
             compiled, cores=1, progress_bar=False, **job["sample_kwargs"]
         )
         seconds["sampling"] = time.perf_counter() - before
+        if _is_pymc_model(model):
+            from pymc.backends.arviz import patch_nutpie_idata
+
+            # What pm.sample adds to nutpie's trace: the model's data groups.
+            patch_nutpie_idata(trace, model, sampling_time=seconds["sampling"])
         result = Path(job["result"])
         partial = result.with_suffix(".partial")
         affinity = sorted(os.sched_getaffinity(0)) if _usable_cpus() else []

@@ -7,6 +7,7 @@ fails within the timeout; argument checks and the merge run here.
 
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ def test_chains_in_pinned_processes_sample_the_analytic_posterior():
         """
         import json, os
         import numpy as np
-        from _conjugate_model import build_model, check_posterior
+        from _conjugate_model import build_model, check_posterior, observed_data
         from pytensor.compile.jax_ofg_chain_processes import (
             merge_chains, run_chain_processes,
         )
@@ -44,6 +45,7 @@ def test_chains_in_pinned_processes_sample_the_analytic_posterior():
         trace = merge_chains([w.trace for w in workers])
         draws = trace.posterior["theta"].values
         check_posterior(draws)
+        observed = [w.trace.observed_data["y"].values.tolist() for w in workers]
         print(json.dumps({
             "cpus": sorted(os.sched_getaffinity(0)),
             "workers": [[w.core, list(w.affinity), w.chains] for w in workers],
@@ -52,6 +54,9 @@ def test_chains_in_pinned_processes_sample_the_analytic_posterior():
             "warmup chain": trace.warmup_posterior["chain"].values.tolist(),
             "stats shape": list(trace.sample_stats["diverging"].shape),
             "chain means": draws.mean(axis=1)[:, 0].tolist(),
+            "observed by worker": observed,
+            "observed merged": trace.observed_data["y"].values.tolist(),
+            "data": observed_data().tolist(),
         }))
         """,
         timeout=400,
@@ -67,6 +72,9 @@ def test_chains_in_pinned_processes_sample_the_analytic_posterior():
     ]
     assert result["workers"] == expected
     assert len(set(result["chain means"])) == 3  # every chain its own seed
+    # Each worker adds the groups pm.sample adds to nutpie's trace.
+    assert result["observed by worker"] == [result["data"]] * 2
+    assert result["observed merged"] == result["data"]
 
 
 @pytest.mark.slow
@@ -153,3 +161,29 @@ def test_merged_chains_keep_each_workers_draws_in_order():
         np.concatenate([first.posterior["mu"], second.posterior["mu"]]),
     )
     assert merged.sample_stats["n_steps"].shape == (3, 4)
+
+
+def test_the_merged_trace_keeps_the_first_workers_data_and_the_whole_time(
+    monkeypatch,
+):
+    from pytensor.compile import jax_ofg_chain_processes as chain_processes
+
+    first, second = trace(2, 0.0), trace(1, 100.0)
+    for part, name in ((first, "first"), (second, "second")):
+        part["observed_data"] = xr.DataTree(xr.Dataset({"y": ("y_dim", [1.0, 2.0])}))
+        part.posterior.attrs["sampling_time"] = 0.001
+        part.posterior.attrs["worker"] = name
+
+    def two_workers(model, **kwargs):
+        time.sleep(0.2)
+        return [
+            chain_processes.WorkerResult(t, core, (core,), n, {"sampling": 0.001})
+            for t, core, n in ((first, 0, 2), (second, 1, 1))
+        ]
+
+    monkeypatch.setattr(chain_processes, "run_chain_processes", two_workers)
+    merged = sample_in_processes(lambda: None, chains=3)
+    np.testing.assert_array_equal(merged.posterior["chain"], [0, 1, 2])
+    np.testing.assert_array_equal(merged.observed_data["y"], [1.0, 2.0])
+    assert merged.posterior.attrs["worker"] == "first"
+    assert merged.posterior.attrs["sampling_time"] >= 0.2
