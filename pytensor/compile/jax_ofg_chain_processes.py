@@ -30,12 +30,14 @@ Examples
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 import pickle
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -92,7 +94,8 @@ class WorkerResult:
     seconds
         Seconds from the start of the worker's script: ``"imports"`` (this
         package, nutpie and the model's modules; the model unpickled), ``"compile"``
-        (``nutpie.compile_pymc_model``), ``"sampling"`` (``nutpie.sample``).
+        (``nutpie.compile_pymc_model``), ``"first call"`` (the log-density
+        once: XLA loads its program), ``"sampling"`` (``nutpie.sample``).
     """
 
     trace: Any
@@ -229,22 +232,23 @@ def run_chain_processes(
                     "chains": shares[k],
                     "seed": seeds[k],
                 },
-                "result": str(Path(folder) / f"result-{k}.pickle"),
+                "result": str(Path(folder, f"result-{k}.pickle")),
             }
             job_path = Path(folder) / f"job-{k}.pickle"
             job_path.write_bytes(pickle.dumps(job))
             jobs.append((job_path, Path(folder) / f"worker-{k}.log"))
         processes = _start(jobs, pins)
-        _wait(processes, [log for _, log in jobs], pins, timeout)
-        results = []
+        results = [Path(folder, f"result-{k}.pickle") for k in range(workers)]
+        _wait(processes, [log for _, log in jobs], results, pins, timeout)
+        done_by_worker = []
         for k in range(workers):
-            done = pickle.loads(Path(folder, f"result-{k}.pickle").read_bytes())
-            results.append(
+            done = pickle.loads(results[k].read_bytes())
+            done_by_worker.append(
                 WorkerResult(
                     done["trace"], pins[k], done["affinity"], shares[k], done["seconds"]
                 )
             )
-    return results
+    return done_by_worker
 
 
 def merge_chains(traces: Sequence[Any]) -> Any:
@@ -315,44 +319,81 @@ def _start(
 def _wait(
     processes: list[subprocess.Popen],
     logs: list[Path],
+    results: list[Path],
     pins: list[int | None],
     timeout: float | None,
 ) -> None:
-    """Wait for every worker; on the first failure or the timeout, stop them all and raise."""
+    """Wait until every worker has written its result; on the first failure or the
+    timeout, stop them all and raise.
+
+    A worker's result file appears whole (written, then renamed), about a
+    second before its interpreter has shut down (JAX's and nutpie's threads,
+    finalizers): the workers finish exiting in the background.
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
+    done = False
     try:
-        while any(p.poll() is None for p in processes):
+        while not all(result.exists() for result in results):
             for k, process in enumerate(processes):
-                if process.returncode not in (None, 0):
+                if process.poll() is not None and not results[k].exists():
+                    how = (
+                        "exited without a result"
+                        if process.returncode == 0
+                        else f"failed with exit code {process.returncode}"
+                    )
                     raise ChainProcessError(
-                        f"sample_in_processes: worker {k} (core {pins[k]}) failed with "
-                        f"exit code {process.returncode}; the end of its output:\n"
-                        f"{_tail(logs[k])}"
+                        f"sample_in_processes: worker {k} (core {pins[k]}) {how}; "
+                        f"the end of its output:\n{_tail(logs[k])}"
                     )
             if deadline is not None and time.monotonic() > deadline:
-                running = [k for k, p in enumerate(processes) if p.poll() is None]
+                running = [k for k, r in enumerate(results) if not r.exists()]
                 raise ChainProcessError(
                     f"sample_in_processes: workers {running} ran out of the timeout of "
                     f"{timeout} s and were stopped; the end of worker {running[0]}'s "
                     f"output:\n{_tail(logs[running[0]])}"
                 )
-            time.sleep(0.05)
-        for k, process in enumerate(processes):
-            if process.returncode != 0:
-                raise ChainProcessError(
-                    f"sample_in_processes: worker {k} (core {pins[k]}) failed with exit "
-                    f"code {process.returncode}; the end of its output:\n{_tail(logs[k])}"
-                )
+            time.sleep(0.02)
+        done = True
     finally:
         for process in processes:
-            if process.poll() is None:
+            if not done and process.poll() is None:
                 process.kill()
-                process.wait()
+        # Reaped (no zombie left behind) without holding up the caller.
+        threading.Thread(
+            target=lambda: [process.wait() for process in processes], daemon=True
+        ).start()
 
 
 def _tail(log: Path) -> str:
     lines = log.read_text(errors="replace").splitlines()
     return "\n".join(lines[-_STDERR_TAIL_LINES:]) or "(no output)"
+
+
+#: nutpie's log-density: ``(n_dim, x, gradient out, logp out, user_data) -> status``.
+_LOG_DENSITY = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_uint64, *[ctypes.c_void_p] * 4)
+
+
+def _call_log_density_once(compiled: Any) -> None:
+    """Call nutpie's log-density of ``compiled`` once, at a start point, as nutpie does.
+
+    XLA loads the model's program (from JAX's cache) now rather than in the
+    first leapfrog step, so that a worker's seconds tell start-up from
+    sampling. Not for nutpie's other backends, whose models have no C function.
+    """
+    import numpy as np
+
+    function = getattr(compiled, "compiled_logp_func", None)
+    if function is None:
+        return
+    point = np.ascontiguousarray(compiled.initial_point_func(0), dtype=np.float64)
+    gradient, logp = np.empty_like(point), np.empty(1)
+    _LOG_DENSITY(function.address)(
+        point.size,
+        point.ctypes.data,
+        gradient.ctypes.data,
+        logp.ctypes.data,
+        compiled.user_data.ctypes.data,
+    )
 
 
 def _work(job_path: str, start: float) -> int:
@@ -373,6 +414,9 @@ def _work(job_path: str, start: float) -> int:
         before = time.perf_counter()
         compiled = nutpie.compile_pymc_model(model, **job["compile_kwargs"])
         seconds["compile"] = time.perf_counter() - before
+        before = time.perf_counter()
+        _call_log_density_once(compiled)
+        seconds["first call"] = time.perf_counter() - before
         before = time.perf_counter()
         trace = nutpie.sample(
             compiled, cores=1, progress_bar=False, **job["sample_kwargs"]

@@ -54,6 +54,7 @@ def test_chains_in_pinned_processes_sample_the_analytic_posterior():
             "warmup chain": trace.warmup_posterior["chain"].values.tolist(),
             "stats shape": list(trace.sample_stats["diverging"].shape),
             "chain means": draws.mean(axis=1)[:, 0].tolist(),
+            "phases": sorted({phase for w in workers for phase in w.seconds}),
             "observed by worker": observed,
             "observed merged": trace.observed_data["y"].values.tolist(),
             "data": observed_data().tolist(),
@@ -72,6 +73,7 @@ def test_chains_in_pinned_processes_sample_the_analytic_posterior():
     ]
     assert result["workers"] == expected
     assert len(set(result["chain means"])) == 3  # every chain its own seed
+    assert result["phases"] == ["compile", "first call", "imports", "sampling"]
     # Each worker adds the groups pm.sample adds to nutpie's trace.
     assert result["observed by worker"] == [result["data"]] * 2
     assert result["observed merged"] == result["data"]
