@@ -33,6 +33,7 @@ Run it in the environment ``bash scripts/example`` creates::
     .venv/bin/python examples/stan_ode.py           # nutpie, from the priors' locations
     .venv/bin/python examples/stan_ode.py --quick   # a smoke run (CI)
     .venv/bin/python examples/stan_ode.py --sampler numpyro --start stan
+    .venv/bin/python examples/stan_ode.py --sampler nutpie-processes
 
 ``--start default`` is PyMC's own start (the bound plus one for the predation
 rates, far in the tails: see the guide); ``--start stan`` Stan's rule.
@@ -351,7 +352,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 chains of 100 + 100")
     parser.add_argument(
-        "--sampler", choices=("nutpie", "pymc", "numpyro"), default="nutpie"
+        "--sampler",
+        choices=("nutpie", "nutpie-processes", "pymc", "numpyro"),
+        default="nutpie",
+        help="nutpie-processes: nutpie's chains in worker processes, one pinned "
+        "to each core (sample_in_processes)",
     )
     parser.add_argument("--start", choices=STARTS, default="prior")
     parser.add_argument("--chains", type=int)
@@ -371,33 +376,49 @@ def main(argv: Sequence[str] | None = None):
 
     args = parse_args(argv)
     model = build_model()
-    kwargs = {"nuts_sampler": args.sampler}
-    if args.sampler == "pymc":
-        kwargs["cores"] = min(args.chains, os.cpu_count() or 1)
-    if args.sampler == "nutpie":
-        # Its default mass matrix, from draws and gradients, left a chain stuck
-        # in half the fits at this atol; the draws' variances alone (Stan's
-        # rule) did not (the guide's "The lynx-hare model and the default
-        # sampler").
-        kwargs["nuts"] = {"adaptation": "draw_diag"}
-    initvals = initvals_for(args.start, model, args.chains, args.sampler)
-    if initvals is not None:
-        kwargs["initvals"] = initvals
+    nutpie = args.sampler.startswith("nutpie")
+    initvals = initvals_for(
+        args.start, model, args.chains, "nutpie" if nutpie else args.sampler
+    )
     print(
         f"Lynx and hares, {args.chains} chains of {args.tune} tuning + "
         f"{args.draws} draws ({args.sampler}, start: {args.start})",
         flush=True,
     )
     start = time.perf_counter()
-    with model:
-        idata = pm.sample(
-            draws=args.draws,
-            tune=args.tune,
+    if args.sampler == "nutpie-processes":
+        from pytensor.compile.jax_ofg_chain_processes import sample_in_processes
+
+        idata = sample_in_processes(
+            model,
             chains=args.chains,
-            random_seed=1,
-            progressbar=False,
-            **kwargs,
+            seed=1,
+            compile_kwargs={} if initvals is None else {"initial_points": initvals},
+            tune=args.tune,
+            draws=args.draws,
+            adaptation="draw_diag",  # as pm.sample's nutpie below
         )
+    else:
+        kwargs = {"nuts_sampler": args.sampler}
+        if args.sampler == "pymc":
+            kwargs["cores"] = min(args.chains, os.cpu_count() or 1)
+        if nutpie:
+            # Its default mass matrix, from draws and gradients, left a chain
+            # stuck in half the fits at this atol; the draws' variances alone
+            # (Stan's rule) did not (the guide's "The lynx-hare model and the
+            # default sampler").
+            kwargs["nuts"] = {"adaptation": "draw_diag"}
+        if initvals is not None:
+            kwargs["initvals"] = initvals
+        with model:
+            idata = pm.sample(
+                draws=args.draws,
+                tune=args.tune,
+                chains=args.chains,
+                random_seed=1,
+                progressbar=False,
+                **kwargs,
+            )
     seconds = time.perf_counter() - start
     summary = az.summary(idata, var_names=["theta", "z_init", "sigma"])
     divergent = int(idata["sample_stats"]["diverging"].sum())

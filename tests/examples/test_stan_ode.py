@@ -270,3 +270,19 @@ def test_quick_run_as_a_script(tmp_path):
         assert f"\n{name} " in out, name
     assert " divergent, R-hat <= " in out
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_quick_run_with_chains_in_processes(tmp_path):
+    """``--sampler nutpie-processes``: the chains in worker processes, one per core."""
+    result = run_python(
+        [str(SCRIPT), "--quick", "--sampler", "nutpie-processes"], tmp_path, timeout=600
+    )
+    out = result.stdout
+    assert "2 chains of 100 tuning + 100 draws (nutpie-processes, start: prior)" in out
+    # The prey's growth rate: 0.55 in the case study's posterior (sd 0.07), 1.0
+    # where the chains start.
+    growth = float(out.split("\ntheta[0] ")[1].split()[0])
+    assert 0.4 < growth < 0.7, growth
+    assert " divergent, R-hat <= " in out
+    assert "Traceback" not in result.stderr
