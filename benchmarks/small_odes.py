@@ -33,14 +33,24 @@ order), and the tables give medians over rounds.
   nutpie's C function, pure JAX), each from one thread and from two threads
   at once, interleaved in one process: the throughput two threads reach
   without nutpie's sampler, and so what this machine allows two chains.
-* **chains**: ``nutpie.sample``, 2 chains of 300 + 300, ``cores=1`` against
-  ``cores=2`` in alternating processes; also the ratio the chains' own lengths
-  allow (total leapfrog steps over those of the longer chain).
+* **pinned calls**: the per-call measurement's two calls from one thread of a
+  process pinned to one core, alone and with a second such process on the
+  other core measuring at the same time: what two chains in processes of
+  their own may reach on this machine.
+* **chains**: 2 chains of 1000 + 1000, ``cores=1`` against ``cores=2`` in
+  alternating processes: ``nutpie.sample`` on threads (``ours``), and
+  :func:`~pytensor.compile.jax_ofg_chain_processes.run_chain_processes`
+  (``processes``: one worker per core, each pinned to its core, sampling its
+  chains with ``cores=1``; the time is the slowest worker's ``nutpie.sample``,
+  after its first call of the log-density, as ``ours`` times ``nutpie.sample``
+  after a first call and a short untimed sample); also the ratio the chains'
+  own lengths allow (total leapfrog steps over those of the longer chain).
 * **threads**: no model, pure JAX: a jitted loop of 2 x 2 solves (the stiff
   solver's Newton steps call LAPACK through jaxlib) and one of 2 x 2 products,
   each called from one thread and from two at once.
 * **fit**: 4 chains of 1000 + 1000 on the 2 cores, ours (``nutpie.sample``,
-  ``cores=2``) against Stan (PyStan 3, its cached build): whole process,
+  ``cores=2``; and ``processes``: ``sample_in_processes`` with ``cores=2``)
+  against Stan (PyStan 3, its cached build): whole process,
   start-up, sampling, min bulk ESS, ESS/s, R-hat, gradients per draw and
   per second, and each posterior mean against Stan's.
 
@@ -76,7 +86,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(HERE)]  # stan_ode: the e
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # exportable programs, as the examples
 
 import _stan  # noqa: E402
-from _processes import ChildFailed, cache_env, run_python  # noqa: E402
+from _processes import (  # noqa: E402
+    IN_CHECKOUT,
+    ChildFailed,
+    cache_env,
+    checkout_startup,
+    run_python,
+)
 from _timing import median  # noqa: E402
 
 
@@ -88,7 +104,20 @@ NUTPIE_SETTINGS = {
     "lv_draws": {"adaptation": "draw_diag"},
     "pk_dense": {"target_accept": 0.9},
 }
-KINDS = ("startup", "per_call", "parallel_calls", "chains", "threads", "fit")
+#: Warm-up and draws of each chain in the ``chains`` measurement.
+CHAIN_LENGTH = 1000
+#: Routes whose processes compile what one process of ``ours`` does: they
+#: share its caches (pinned calls and chains in processes).
+WARMED_AS_OURS = frozenset({"ours", "processes"})
+KINDS = (
+    "startup",
+    "per_call",
+    "parallel_calls",
+    "pinned_calls",
+    "chains",
+    "threads",
+    "fit",
+)
 
 LV_STAN_PROGRAM = """
 functions {
@@ -320,8 +349,77 @@ def child_parallel_calls(spec: dict) -> dict:
     return results
 
 
+def child_pinned_calls(spec: dict) -> dict:
+    """Calls per second from one thread, this process pinned to ``spec["cpu"]``.
+
+    Measures from ``spec["start at"]`` (wall clock), so that a partner
+    process started beside it measures at the same time.
+    """
+    os.sched_setaffinity(0, {spec["cpu"]})  # before XLA starts its threads
+    phases: dict = {}
+    model, compiled, x = compile_ours(spec["model"], "ours", phases)
+    calls = {"ours": logp_call(compiled, x), "jax": pure_jax(model, compiled, x)}
+    for call in calls.values():  # warm
+        threads_throughput(call, 1, seconds=0.2)
+    time.sleep(max(spec["start at"] - time.time(), 0.0))
+    late = time.time() - spec["start at"]  # > 0: started after its partner may have
+    results: dict[str, list[float]] = {}
+    for _ in range(5):  # interleaved rounds
+        for name, call in calls.items():
+            results.setdefault(name, []).append(threads_throughput(call, 1))
+    return {**results, "started late by": late}
+
+
+def leapfrog_steps(trace) -> list[int]:
+    """Each chain's leapfrog steps, warm-up included."""
+    return (
+        trace.warmup_sample_stats["n_steps"].sum("draw")
+        + trace.sample_stats["n_steps"].sum("draw")
+    ).values.tolist()
+
+
+def child_chain_processes(spec: dict, chains: int, tune: int, draws: int) -> dict:
+    """``run_chain_processes`` on ``spec["cores"]`` workers; where its time went."""
+    from pytensor.compile.jax_ofg_chain_processes import run_chain_processes
+
+    model, initial_points = pymc_model(spec["model"])
+    phases = {"imports+build": since_start()}
+    workers = run_chain_processes(
+        model,
+        chains=chains,
+        cores=spec["cores"],
+        seed=spec["seed"],
+        tune=tune,
+        draws=draws,
+        compile_kwargs={"initial_points": initial_points} if initial_points else {},
+        timeout=1800,
+        **NUTPIE_SETTINGS.get(spec["model"], {}),
+    )
+    phases["workers' start-up"] = max(
+        w.seconds["imports"] + w.seconds["compile"] + w.seconds["first call"]
+        for w in workers
+    )
+    phases["workers' compile"] = max(w.seconds["compile"] for w in workers)
+    phases["workers' first call"] = max(w.seconds["first call"] for w in workers)
+    phases["sampling"] = max(w.seconds["sampling"] for w in workers)
+    phases["whole"] = since_start()
+    return {
+        "seconds": phases["sampling"],
+        "steps": [n for w in workers for n in leapfrog_steps(w.trace)],
+        "phases": phases,
+        "workers": workers,
+    }
+
+
 def child_chains(spec: dict) -> dict:
     import nutpie
+
+    if spec["route"] == "processes":
+        result = child_chain_processes(
+            spec, chains=2, tune=CHAIN_LENGTH, draws=CHAIN_LENGTH
+        )
+        del result["workers"]
+        return result
 
     phases: dict = {}
     _, compiled, _ = compile_ours(spec["model"], spec["route"], phases)
@@ -330,19 +428,15 @@ def child_chains(spec: dict) -> dict:
     trace = nutpie.sample(
         compiled,
         chains=2,
-        tune=300,
-        draws=300,
+        tune=CHAIN_LENGTH,
+        draws=CHAIN_LENGTH,
         cores=spec["cores"],
         seed=spec["seed"],
         progress_bar=False,
         **NUTPIE_SETTINGS.get(spec["model"], {}),
     )
     seconds = time.perf_counter() - before
-    steps = (
-        trace.warmup_sample_stats["n_steps"].sum("draw")
-        + trace.sample_stats["n_steps"].sum("draw")
-    ).values
-    return {"seconds": seconds, "steps": steps.tolist()}
+    return {"seconds": seconds, "steps": leapfrog_steps(trace)}
 
 
 def child_fit(spec: dict) -> dict:
@@ -364,6 +458,24 @@ def child_fit(spec: dict) -> dict:
         draws = fit.draws
         result = {"gradients per draw": float(fit.leapfrog.mean())}
         result["divergences"] = int(fit.diverging.sum())
+    elif spec["route"] == "processes":
+        from pytensor.compile.jax_ofg_chain_processes import merge_chains
+
+        run = child_chain_processes(
+            spec | {"cores": 2}, chains=4, tune=1000, draws=1000
+        )
+        phases = run["phases"]
+        # The workers' imports and compilation, beside each other.
+        phases["compile"] = phases["workers' start-up"]
+        trace = merge_chains([w.trace for w in run["workers"]])
+        _, _, parameters = stan_program(name)
+        draws = {p: trace.posterior[p].values for p in parameters}
+        stats = trace.sample_stats
+        result = {
+            "gradients per draw": float(stats["n_steps"].mean()),
+            "gradients": sum(run["steps"]),
+            "divergences": int(stats["diverging"].sum()),
+        }
     else:
         import nutpie
 
@@ -443,6 +555,7 @@ def child_threads(spec: dict) -> dict:
 
 CHILDREN = {
     "threads": child_threads,
+    "pinned_call": child_pinned_calls,
     "startup": child_startup,
     "per_call": child_per_call,
     "parallel_calls": child_parallel_calls,
@@ -455,8 +568,33 @@ CHILDREN = {
 # The parent: rounds of fresh processes, then the tables
 # --------------------------------------------------------------------------
 def run_child(spec: dict, caches: Path, timeout: float) -> dict:
-    """Run one measurement in a fresh process sharing ``caches``; its JSON result."""
-    folder = caches / f"{spec['model']}-{spec.get('route', 'ours')}"
+    """Run one measurement in a fresh process sharing ``caches``; its JSON result.
+
+    A ``pinned_calls`` measurement with ``"processes": 2`` runs two processes
+    at once, on cores 0 and 1; its result holds each one's.
+    """
+    if spec["kind"] == "pinned_calls":
+        import threading
+
+        start_at = time.time() + 25  # both processes' imports and compilation done
+        parts = [
+            {**spec, "cpu": cpu, "start at": start_at}
+            for cpu in range(spec["processes"])
+        ]
+        results: list[dict] = [{}] * len(parts)
+
+        def run(k: int) -> None:
+            results[k] = run_child({**parts[k], "kind": "pinned_call"}, caches, timeout)
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(len(parts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        errors = [r["error"] for r in results if "error" in r]
+        return {"error": errors[0]} if errors else {"processes": results}
+    route = spec.get("route", "ours")
+    folder = caches / f"{spec['model']}-{'ours' if route in WARMED_AS_OURS else route}"
     folder.mkdir(parents=True, exist_ok=True)
     env = cache_env(folder, stan=caches / "stan")  # Stan's builds, for both models
     try:
@@ -483,15 +621,24 @@ def plan(settings) -> list[list[dict]]:
                 specs.append({"kind": "per_call", "model": name, "route": "ours"})
             if "parallel_calls" in settings.kinds:
                 specs.append({"kind": "parallel_calls", "model": name, "route": "ours"})
+            if "pinned_calls" in settings.kinds:
+                specs += [
+                    {"kind": "pinned_calls", "model": name, "processes": n}
+                    for n in (1, 2)
+                ]
             if "chains" in settings.kinds:
                 specs += [
-                    {"kind": "chains", "model": name, "route": "ours", "cores": c}
+                    {"kind": "chains", "model": name, "route": r, "cores": c}
+                    for r in ("ours", "processes")
                     for c in (1, 2)
                 ]
             if "threads" in settings.kinds and name == "pk":
                 specs.append({"kind": "threads", "model": name, "route": "jax"})
             if "fit" in settings.kinds:
-                specs.append({"kind": "fit", "model": name, "route": "ours"})
+                specs += [
+                    {"kind": "fit", "model": name, "route": r}
+                    for r in ("ours", "processes")
+                ]
         if "fit" in settings.kinds:  # Stan once per program
             programs = dict.fromkeys(
                 SAME_STAN_PROGRAM.get(n, n) for n in settings.models
@@ -505,6 +652,8 @@ def plan(settings) -> list[list[dict]]:
 
 
 def label(spec: dict) -> str:
+    if spec["kind"] == "pinned_calls":
+        return f"pinned_calls|{spec['model']}|processes={spec['processes']}"
     cores = f"|cores={spec['cores']}" if "cores" in spec else ""
     return f"{spec['kind']}|{spec['model']}|{spec['route']}{cores}"
 
@@ -583,34 +732,96 @@ def report(runs: dict[str, list[dict]], settings) -> str:
             "",
         ]
     rows = []
+    routes = {"ours": "nutpie, chains on threads", "processes": "chains in processes"}
     for name in MODELS:  # stored runs too
-        one = ok.get(f"chains|{name}|ours|cores=1", [])
-        two = ok.get(f"chains|{name}|ours|cores=2", [])
-        if one and two:
+        for route, what in routes.items():
+            one = ok.get(f"chains|{name}|{route}|cores=1", [])
+            two = ok.get(f"chains|{name}|{route}|cores=2", [])
+            if not (one and two):
+                continue
             speedups = [a["seconds"] / b["seconds"] for a, b in zip(one, two)]
             allowed = [sum(r["steps"]) / max(r["steps"]) for r in two]
+            per_gradient = [
+                r["seconds"] / sum(r["steps"]) * 1e6 * cores
+                for cores, found in ((1, one), (2, two))
+                for r in found
+            ]
             rows.append(
                 [
                     name,
+                    what,
                     f"{median([r['seconds'] for r in one]):.2f}",
                     f"{median([r['seconds'] for r in two]):.2f}",
                     ", ".join(f"{s:.2f}" for s in speedups),
                     f"{median(speedups):.2f}",
                     f"{median(allowed):.2f}",
+                    f"{median(per_gradient[: len(one)]):.0f}",
+                    f"{median(per_gradient[len(one) :]):.0f}",
                 ]
             )
     if rows:
         lines += [
-            "## Two chains (300 + 300), cores=1 against cores=2",
+            f"## Two chains ({CHAIN_LENGTH} + {CHAIN_LENGTH}), cores=1 against cores=2",
+            "",
+            "Chains in processes: one worker per core, pinned to it, sampling its "
+            "chains with nutpie's `cores=1`; the time is the slowest worker's "
+            "`nutpie.sample`, after its first call of the log-density (chains on "
+            "threads: after a first call and a short untimed sample). µs per "
+            "gradient per core: the time x cores over all leapfrog steps, warm-up "
+            "included.",
             "",
             markdown_table(
                 [
                     "model",
+                    "route",
                     "cores=1 (s)",
                     "cores=2 (s)",
                     "speed-up, per round",
                     "median",
                     "allowed by the chains' lengths",
+                    "µs per gradient per core, cores=1",
+                    "cores=2",
+                ],
+                rows,
+            ),
+            "",
+        ]
+    rows = []
+    for name in MODELS:  # stored runs too
+        alone = ok.get(f"pinned_calls|{name}|processes=1", [])
+        pair = ok.get(f"pinned_calls|{name}|processes=2", [])
+        if not (alone and pair):
+            continue
+        row = [name]
+        for who in ("ours", "jax"):
+            one = median([x for r in alone for x in r["processes"][0][who]])
+            both = [median([x for p in r["processes"] for x in p[who]]) for r in pair]
+            row += [f"{1e6 / one:.0f}", f"{2 * median(both) / one:.2f}"]
+        # Per round, pure JAX's calls per second over ours (interleaved, alone).
+        ratios = [
+            jax / ours
+            for r in alone
+            for ours, jax in zip(r["processes"][0]["ours"], r["processes"][0]["jax"])
+        ]
+        row.insert(3, f"{median(ratios):.2f}")
+        rows.append(row)
+    if rows:
+        lines += [
+            "## Calls from processes pinned to one core each, without the sampler",
+            "",
+            "Value and gradient at the start point, called as fast as possible from "
+            "one thread of a process pinned to core 0, alone, and from two such "
+            "processes (cores 0 and 1) measuring at the same time (5 interleaved "
+            "rounds of 1 s each): what two chains in processes may reach here.",
+            "",
+            markdown_table(
+                [
+                    "model",
+                    "ours: µs per call, alone",
+                    "ours: throughput, 2 processes over 1",
+                    "ours over pure JAX, per call alone",
+                    "pure JAX: µs per call, alone",
+                    "pure JAX: throughput, 2 processes over 1",
                 ],
                 rows,
             ),
@@ -686,7 +897,7 @@ def report(runs: dict[str, list[dict]], settings) -> str:
     rows, agreement = [], []
     for name in MODELS:  # stored runs too
         stan_runs = ok.get(f"fit|{SAME_STAN_PROGRAM.get(name, name)}|stan", [])
-        for route in ("ours", "stan"):
+        for route in ("ours", "processes", "stan"):
             found = ok.get(f"fit|{name}|{route}", [])
             if not found:
                 continue
@@ -704,15 +915,17 @@ def report(runs: dict[str, list[dict]], settings) -> str:
                 median(
                     [2 * r["phases"]["sampling"] / r["gradients"] * 1e6 for r in found]
                 )
-                if route == "ours"
+                if route != "stan"
                 else float("nan")
             )
             rows.append(
                 [
                     name,
-                    "ours (nutpie, cores=2)"
-                    if route == "ours"
-                    else "Stan (PyStan, cached build)",
+                    {
+                        "ours": "ours (nutpie, cores=2)",
+                        "processes": "ours (chains in 2 processes)",
+                        "stan": "Stan (PyStan, cached build)",
+                    }[route],
                     f"{whole:.1f}",
                     f"{whole / stan_whole:.2f}",
                     f"{median([r['phases']['imports+build'] for r in found]):.1f}",
@@ -726,8 +939,8 @@ def report(runs: dict[str, list[dict]], settings) -> str:
                     "" if per_gradient != per_gradient else f"{per_gradient:.0f}",
                 ]
             )
-            if route == "ours" and stan_runs:
-                agreement.append((name, found, stan_runs))
+            if route != "stan" and stan_runs:
+                agreement.append((f"{name}, {route}", found, stan_runs))
     if rows:
         lines += [
             "## Whole fits: 4 chains of 1000 + 1000",
@@ -752,8 +965,10 @@ def report(runs: dict[str, list[dict]], settings) -> str:
             ),
             "",
             "whole: the process, first line to the posterior in memory (interpreter "
-            "start-up aside). µs per gradient per core: sampling seconds x 2 cores over "
-            "all leapfrog steps, warm-up included.",
+            "start-up aside). Chains in processes: compile is the workers' start-up "
+            "(their imports and compilation, beside each other), sampling the "
+            "slowest worker's. µs per gradient per core: sampling seconds x 2 cores "
+            "over all leapfrog steps, warm-up included.",
             "",
         ]
     for name, ours, stan_runs in agreement:
@@ -815,6 +1030,10 @@ def main(argv=None) -> None:
         spec = json.loads(settings.child)
         print(json.dumps(CHILDREN[spec["kind"]](spec)), flush=True)
         return
+    if IN_CHECKOUT:  # every process, chains' workers included, runs the checkout's
+        os.environ.update(
+            checkout_startup(Path(tempfile.mkdtemp(prefix="small_odes-")))
+        )
     results = HERE / "results"
     if settings.report:
         runs = json.loads((results / "small_odes.json").read_text())
@@ -833,17 +1052,22 @@ def main(argv=None) -> None:
         caches = Path(folder)
         rounds = plan(settings)
         warm = {label(s): dict(s) for s in rounds[0]}
-        for spec in warm.values():  # fill the caches, untimed
-            if spec["kind"] in ("startup", "fit"):
-                print("warming", label(spec), flush=True)
-                warm_spec = (
-                    {**spec, "build only": True}
-                    if spec["route"] == "stan"
-                    else {**spec, "kind": "startup"}
-                )
-                result = run_child(warm_spec, caches, settings.timeout)
-                if "error" in result:
-                    print(result["error"], flush=True)
+        warmed = set()
+        for spec in warm.values():  # fill each folder of caches once, untimed
+            route = spec.get("route", "ours")
+            folder = (spec["model"], "ours" if route in WARMED_AS_OURS else route)
+            if folder in warmed or route == "jax":
+                continue
+            warmed.add(folder)
+            print("warming", folder, flush=True)
+            warm_spec = (
+                {**spec, "build only": True}
+                if route == "stan"
+                else {"kind": "startup", "model": spec["model"], "route": folder[1]}
+            )
+            result = run_child(warm_spec, caches, settings.timeout)
+            if "error" in result:
+                print(result["error"], flush=True)
         for round_, specs in enumerate(rounds):
             for spec in specs:
                 result = run_child(spec, caches, settings.timeout)
