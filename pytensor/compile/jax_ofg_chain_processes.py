@@ -1,22 +1,38 @@
 """nutpie's chains in worker processes, each pinned to a core of its own.
 
 nutpie runs chains on threads of one process. A model holding JAX ops runs
-its log-density as an XLA program, and XLA's CPU runtime runs each call on
-threads of its own: on two cores, one calling thread keeps 1.5 of them busy
-and two calling threads run only about 1.5x as many calls as one. A process
-confined to one core runs each call about 1.4x faster than an unconfined one
-(no hand-off between cores), so chains in processes pinned to distinct cores
-gain both ways: on this project's 2-core machine two such workers sampled
-about 1.6x as fast as one (``benchmarks/small_odes.py``), where two chains on
-threads of one process gained nothing. The price is each worker's start-up,
-its imports (about 3 s for PyMC and nutpie) and the model's compilation.
+its log-density as an XLA program, and XLA's CPU runtime runs each call on a
+pool of threads of its own, one per core the process may use: the work of
+every call moves from the calling thread to another core and back. For the
+small programs of small ODE models that hand-off is about half of a call:
+``examples/stan_ode.py``'s value and gradient takes 89 µs in a process
+confined to one core (its pool has one thread, on the caller's core) and
+189 µs in an unconfined one. Threads of one process share one pool, so two
+chains on threads cannot each keep their calls on their own core; processes
+can. On this project's 2-core machine, chains in processes pinned to
+distinct cores took 101-110 µs per gradient against 200-242 µs on threads,
+and two of them ran 1.80x as fast as one (``benchmarks/small_odes.py``).
+The price is each worker's start-up before its first draw, beside the
+others: its imports (about 3 s for PyMC, nutpie and JAX), the model's
+compilation (0.5 s once the trace and XLA caches hold it) and its program's
+first call.
 
 :func:`sample_in_processes` starts one worker per core, pinned (Linux's
 :func:`os.sched_setaffinity`) before it imports anything, sends it the model
-by :mod:`cloudpickle`, lets it compile the model for nutpie (this package's
-trace and XLA caches make that well under a second once any process has
-compiled it) and sample its share of the chains with ``cores=1``, and merges
-the workers' traces along ``chain``.
+by :mod:`cloudpickle`, lets it compile the model for nutpie and sample its
+share of the chains with ``cores=1``, and merges the workers' traces along
+``chain``.
+
+Notes
+-----
+* Pinning is Linux's; elsewhere the workers run unpinned, in parallel but
+  without the faster calls.
+* The workers show no progress bar; a failing worker's error output ends the
+  :class:`ChainProcessError` that stops the others.
+* Each worker seeds its chains from its own seed, drawn from ``seed``: the
+  draws differ from ``pm.sample``'s with the same seed.
+* ``pm.sample()`` keeps nutpie's threads: no worker start-up, which is worth
+  more than faster calls for short runs.
 
 Examples
 --------
