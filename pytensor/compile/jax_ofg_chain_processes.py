@@ -85,6 +85,12 @@ sys.exit(_work(sys.argv[2], started))
 
 #: The arguments of ``nutpie.sample`` that :func:`sample_in_processes` sets itself.
 _SET_HERE = frozenset({"chains", "cores", "seed", "progress_bar"})
+#: The arguments of ``nutpie.sample`` whose results cannot come back from a
+#: worker: a sampler running in the background, a callback into this process,
+#: one zarr store written by every worker, nutpie's raw trace.
+_NOT_FROM_WORKERS = frozenset(
+    {"blocking", "progress_callback", "zarr_store", "return_raw_trace"}
+)
 
 _STDERR_TAIL_LINES = 30
 
@@ -157,7 +163,9 @@ def sample_in_processes(
     **sample_kwargs
         Keyword arguments of ``nutpie.sample`` (``tune``, ``draws``,
         ``target_accept``, ``adaptation``, ...), but not ``chains``,
-        ``cores``, ``seed`` or ``progress_bar``, which are set here.
+        ``cores``, ``seed`` or ``progress_bar``, which are set here, nor
+        ``blocking``, ``progress_callback``, ``zarr_store`` or
+        ``return_raw_trace``.
 
     Returns
     -------
@@ -220,6 +228,12 @@ def run_chain_processes(
         raise TypeError(
             f"sample_in_processes sets {', '.join(clash)} of nutpie.sample itself; "
             "pass chains, cores and seed as its own arguments"
+        )
+    if unsupported := sorted(_NOT_FROM_WORKERS & sample_kwargs.keys()):
+        raise TypeError(
+            f"sample_in_processes cannot pass {', '.join(unsupported)} to nutpie.sample "
+            "in its workers, whose traces come back whole when they are done; "
+            "use nutpie.sample for that"
         )
     try:
         model_bytes = cloudpickle.dumps(model)

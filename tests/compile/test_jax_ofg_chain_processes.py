@@ -133,6 +133,13 @@ def test_the_arguments_it_sets_itself_are_refused():
         sample_in_processes(lambda: None, chains=2, progress_bar=True)
 
 
+def test_what_cannot_come_back_from_a_worker_is_refused():
+    with pytest.raises(
+        TypeError, match=r"cannot pass blocking, zarr_store to nutpie\.sample"
+    ):
+        sample_in_processes(lambda: None, blocking=False, zarr_store=object())
+
+
 def test_chains_must_be_a_positive_int():
     with pytest.raises(ValueError, match="chains must be a positive int, not 0"):
         run_chain_processes(lambda: None, chains=0)
