@@ -4,21 +4,19 @@ nutpie runs chains on threads of one process. A model holding JAX ops runs
 its log-density as an XLA program, and XLA's CPU runtime runs each call on a
 pool of threads of its own, one per core the process may use: the work of
 every call moves from the calling thread to another core and back. For the
-small programs of small ODE models that hand-off is about half of a call:
-``examples/stan_ode.py``'s value and gradient takes 89 µs in a process
-confined to one core (its pool has one thread, on the caller's core) and
-189 µs in an unconfined one. Threads of one process share one pool, so two
-chains on threads cannot each keep their calls on their own core; processes
-can. On this project's 2-core machine, chains in processes pinned to
-distinct cores took 101-110 µs per gradient against 200-242 µs on threads,
-and two of them ran 1.80x as fast as one (``benchmarks/small_odes.py``).
-The price is each worker's start-up before its first draw, beside the
-others: its imports (about 3 s for PyMC, nutpie and JAX), the model's
-compilation (0.5 s once the trace and XLA caches hold it) and its program's
-first call.
+small programs of small ODE models that hand-off is about half of a call. A
+process confined to one core gets a pool of one thread, on its caller's
+core; threads of one process share one pool, so chains on threads cannot
+each keep their calls on their own core, and processes can. On this
+project's 2-core machine, ``examples/stan_ode.py``'s chains took about 100
+µs per gradient in processes pinned to cores against about 200 µs on
+nutpie's threads (``benchmarks/small_odes.py``). The price is each worker's
+start-up before its first draw, beside the others: its imports (about 3 s
+for PyMC, nutpie and JAX), the model's compilation (0.5 s once the trace and
+XLA caches hold it) and its program's first call.
 
 :func:`sample_in_processes` starts one worker per core, pinned (Linux's
-:func:`os.sched_setaffinity`) before it imports anything, sends it the model
+:func:`os.sched_setaffinity`) from its first instruction, sends it the model
 by :mod:`cloudpickle`, lets it compile the model for nutpie and sample its
 share of the chains with ``cores=1``, and merges the workers' traces along
 ``chain``.
@@ -27,10 +25,11 @@ Notes
 -----
 * Pinning is Linux's; elsewhere the workers run unpinned, in parallel but
   without the faster calls.
-* The workers show no progress bar; a failing worker's error output ends the
+* The workers show no progress bar; a failing worker's output ends the
   :class:`ChainProcessError` that stops the others.
 * Each worker seeds its chains from its own seed, drawn from ``seed``: the
-  draws differ from ``pm.sample``'s with the same seed.
+  draws depend on the number of workers (by default the cores this process
+  may use), and differ from ``pm.sample``'s with the same seed.
 * ``pm.sample()`` keeps nutpie's threads: no worker start-up, which is worth
   more than faster calls for short runs.
 
@@ -46,8 +45,11 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
+import json
+import operator
 import os
 import pickle
 import subprocess
@@ -56,9 +58,13 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 __all__ = [
@@ -69,18 +75,20 @@ __all__ = [
     "sample_in_processes",
 ]
 
-# A worker's script. The pin comes before any import that may start thread
-# pools (XLA's, OpenBLAS's), which take the affinity they start with. Like a
+# A worker's script. Its job is plain data (the model travels as a file of
+# cloudpickle's bytes), read before any import so that the caller's sys.path
+# decides which copy of this package and of PyTensor it imports. Like a
 # user's script, it imports the facade, whose install() gives nutpie the ops'
 # host callbacks.
 _BOOTSTRAP = """\
-import os, sys, time
+import pickle, sys, time
 started = time.perf_counter()
-if sys.argv[1] != "-" and hasattr(os, "sched_setaffinity"):
-    os.sched_setaffinity(0, {int(sys.argv[1])})
+with open(sys.argv[1], "rb") as file:
+    job = pickle.load(file)
+sys.path[:] = job["sys_path"]
 import pytensor.compile.jax_ofg
 from pytensor.compile.jax_ofg_chain_processes import _work
-sys.exit(_work(sys.argv[2], started))
+sys.exit(_work(job, started))
 """
 
 #: The arguments of ``nutpie.sample`` that :func:`sample_in_processes` sets itself.
@@ -91,8 +99,13 @@ _SET_HERE = frozenset({"chains", "cores", "seed", "progress_bar"})
 _NOT_FROM_WORKERS = frozenset(
     {"blocking", "progress_callback", "zarr_store", "return_raw_trace"}
 )
+#: Arguments of ``nutpie.compile_pymc_model`` that may name the model's variables
+#: by the variables themselves.
+_KEYED_BY_VARIABLE = ("initial_points", "jitter_rvs")
 
-_STDERR_TAIL_LINES = 30
+_OUTPUT_TAIL_LINES = 30
+#: Seconds a worker may take to exit once its result is written; then it is killed.
+_EXIT_GRACE = 60.0
 
 
 class ChainProcessError(RuntimeError):
@@ -105,30 +118,36 @@ class WorkerResult:
 
     Attributes
     ----------
-    trace
-        nutpie's trace of the worker's chains (an ``xarray.DataTree``).
-    core
+    trace : xarray.DataTree
+        nutpie's trace of the worker's chains.
+    core : int or None
         The core the worker was pinned to (``None``: not pinned).
-    affinity
+    affinity : tuple of int
         The cores the worker's process could run on, as it reported them.
-    chains
+    chains : int
         How many chains the worker sampled.
-    seconds
-        Seconds from the start of the worker's script: ``"imports"`` (this
-        package, nutpie and the model's modules; the model unpickled), ``"compile"``
-        (``nutpie.compile_pymc_model``), ``"first call"`` (the log-density
-        once: XLA loads its program), ``"sampling"`` (``nutpie.sample``).
+    seconds : dict of str to float
+        ``"imports"``: from the start of the worker's script to the model in
+        memory (this package, nutpie, the model's modules; the model unpickled,
+        or built by the function that builds it); ``"compile"``:
+        ``nutpie.compile_pymc_model``; ``"first call"``: the log-density once,
+        through nutpie's C function (XLA loads its program; absent for nutpie's
+        other backends); ``"sampling"``: ``nutpie.sample``.
+    sampled : tuple of float
+        When the worker's ``nutpie.sample`` started and ended, in
+        :func:`time.time`'s seconds.
     """
 
-    trace: Any
+    trace: xr.DataTree
     core: int | None
     affinity: tuple[int, ...]
     chains: int
     seconds: dict[str, float]
+    sampled: tuple[float, float]
 
 
 def sample_in_processes(
-    model: Any,
+    model: Any = None,
     *,
     chains: int = 4,
     cores: int | None = None,
@@ -136,54 +155,59 @@ def sample_in_processes(
     compile_kwargs: dict[str, Any] | None = None,
     timeout: float | None = None,
     **sample_kwargs: Any,
-) -> Any:
+) -> xr.DataTree:
     """Sample a PyMC model with nutpie, its chains in processes pinned to cores.
 
     Parameters
     ----------
-    model
-        A ``pymc.Model``, or a function of no arguments that builds one. Sent
-        to the workers by :mod:`cloudpickle`: functions and classes defined in
-        an importable module are sent by reference and imported there (the
-        workers get this process's :data:`sys.path`).
-    chains
+    model : pymc.Model or callable, optional
+        The model (by default the one of the enclosing ``with`` block), or a
+        function of no arguments that builds it. Sent to the workers by
+        :mod:`cloudpickle`: functions and classes defined in an importable
+        module are sent by reference and imported there (the workers get
+        this process's :data:`sys.path`).
+    chains : int
         How many chains in all.
-    cores
-        How many workers, each pinned to one of the cores this process may run
-        on; by default as many as there are such cores, at most ``chains``.
-        The chains are split among the workers as evenly as possible.
-    seed
+    cores : int, optional
+        How many workers, each pinned to one of the cores this process may
+        run on; by default, and at most, as many as there are such cores, and
+        at most ``chains``. The chains are split among the workers as evenly
+        as possible.
+    seed : int, optional
         The seed of every worker's own seed (a :class:`numpy.random.SeedSequence`);
         by default fresh entropy.
-    compile_kwargs
+    compile_kwargs : dict, optional
         Keyword arguments of ``nutpie.compile_pymc_model`` (``initial_points``,
-        ``backend``, ...).
-    timeout
+        ``jitter_rvs``, ``backend``, ...). Sent with the model, so that
+        variables used as keys stay the model's own; with a function that
+        builds the model, name them instead.
+    timeout : float, optional
         Seconds the workers may take in all; by default no limit.
     **sample_kwargs
         Keyword arguments of ``nutpie.sample`` (``tune``, ``draws``,
-        ``target_accept``, ``adaptation``, ...), but not ``chains``,
-        ``cores``, ``seed`` or ``progress_bar``, which are set here, nor
-        ``blocking``, ``progress_callback``, ``zarr_store`` or
+        ``target_accept``, ``adaptation``, ``save_warmup``, ...), but not
+        ``chains``, ``cores``, ``seed`` or ``progress_bar``, which are set
+        here, nor ``blocking``, ``progress_callback``, ``zarr_store`` or
         ``return_raw_trace``.
 
     Returns
     -------
     xarray.DataTree
         nutpie's trace of all chains, numbered ``0`` to ``chains - 1`` in the
-        workers' order; as ``pm.sample(nuts_sampler="nutpie")`` returns it for
-        a ``pymc.Model``: with the model's ``observed_data`` and
-        ``constant_data`` groups, and the posterior's ``sampling_time``
-        (seconds from the workers' start to the last one's end, their imports
-        and compilation included) and ``tuning_steps``.
+        workers' order (see :func:`merge_chains`), with the groups
+        ``pm.sample(nuts_sampler="nutpie")`` adds to it for a ``pymc.Model``:
+        the model's ``observed_data`` and ``constant_data``, and the
+        posterior's ``sampling_time`` (seconds from the first worker's start
+        of sampling to the last one's end) and ``tuning_steps``. Warm-up
+        groups are kept unless ``save_warmup=False`` (nutpie's default;
+        ``pm.sample`` passes ``False`` unless told to keep them).
 
     Raises
     ------
     ChainProcessError
-        When a worker fails (with the end of its error output) or the workers
-        run out of ``timeout``.
+        When a worker fails (with the end of its output) or the workers run
+        out of ``timeout``.
     """
-    start = time.perf_counter()
     results = run_chain_processes(
         model,
         chains=chains,
@@ -195,12 +219,14 @@ def sample_in_processes(
     )
     trace = merge_chains([result.trace for result in results])
     if "sampling_time" in trace.posterior.attrs:
-        trace.posterior.attrs["sampling_time"] = time.perf_counter() - start
+        started = min(result.sampled[0] for result in results)
+        ended = max(result.sampled[1] for result in results)
+        trace.posterior.attrs["sampling_time"] = ended - started
     return trace
 
 
 def run_chain_processes(
-    model: Any,
+    model: Any = None,
     *,
     chains: int = 4,
     cores: int | None = None,
@@ -209,21 +235,20 @@ def run_chain_processes(
     timeout: float | None = None,
     **sample_kwargs: Any,
 ) -> list[WorkerResult]:
-    """Run :func:`sample_in_processes`'s workers; each worker's result, unmerged.
+    """Run :func:`sample_in_processes`'s workers and return their results, unmerged.
 
     Takes the arguments of :func:`sample_in_processes`.
+
+    Returns
+    -------
+    list of WorkerResult
+        One per worker, in the order of their chains.
     """
-    import cloudpickle
     import numpy as np
 
-    if not isinstance(chains, int) or chains < 1:
-        raise ValueError(
-            f"sample_in_processes: chains must be a positive int, not {chains!r}"
-        )
-    if cores is not None and (not isinstance(cores, int) or cores < 1):
-        raise ValueError(
-            f"sample_in_processes: cores must be a positive int, not {cores!r}"
-        )
+    chains = _positive_int("chains", chains)
+    if cores is not None:
+        cores = _positive_int("cores", cores)
     if clash := sorted(_SET_HERE & sample_kwargs.keys()):
         raise TypeError(
             f"sample_in_processes sets {', '.join(clash)} of nutpie.sample itself; "
@@ -235,57 +260,64 @@ def run_chain_processes(
             "in its workers, whose traces come back whole when they are done; "
             "use nutpie.sample for that"
         )
-    try:
-        model_bytes = cloudpickle.dumps(model)
-    except Exception as error:
-        raise TypeError(
-            f"sample_in_processes could not pickle the model with cloudpickle "
-            f"({type(error).__name__}: {error}); pass a function that builds the "
-            "model instead, defined in a module the workers can import"
-        ) from error
+    if model is None:
+        import pymc as pm
+
+        model = pm.modelcontext(None)
+    compile_kwargs = dict(compile_kwargs or {})
+    payload = _payload(model, compile_kwargs, sample_kwargs)
 
     cpus = _usable_cpus()
-    workers = min(cores or len(cpus or [0]), chains)
+    workers = min(
+        cores or len(cpus) or os.cpu_count() or 1, len(cpus) or chains, chains
+    )
     shares = [chains // workers + (k < chains % workers) for k in range(workers)]
     seeds = np.random.SeedSequence(seed).generate_state(workers).tolist()
-    pins = [cpus[k % len(cpus)] if cpus else None for k in range(workers)]
+    pins = [cpus[k] if cpus else None for k in range(workers)]
 
     with tempfile.TemporaryDirectory(prefix="jax_ofg_chains_") as folder:
-        jobs = []
+        model_file = Path(folder, "model.pickle")
+        model_file.write_bytes(payload)
+        jobs, logs, results = [], [], []
         for k in range(workers):
+            results.append(Path(folder, f"result-{k}.pickle"))
+            logs.append(Path(folder, f"worker-{k}.log"))
+            jobs.append(Path(folder, f"job-{k}.pickle"))
             job = {
                 "sys_path": list(sys.path),
-                "model": model_bytes,
-                "compile_kwargs": dict(compile_kwargs or {}),
-                "sample_kwargs": {
-                    **sample_kwargs,
-                    "chains": shares[k],
-                    "seed": seeds[k],
-                },
-                "result": str(Path(folder, f"result-{k}.pickle")),
+                "model": str(model_file),
+                "chains": shares[k],
+                "seed": seeds[k],
+                "result": str(results[k]),
             }
-            job_path = Path(folder) / f"job-{k}.pickle"
-            job_path.write_bytes(pickle.dumps(job))
-            jobs.append((job_path, Path(folder) / f"worker-{k}.log"))
-        processes = _start(jobs, pins)
-        results = [Path(folder, f"result-{k}.pickle") for k in range(workers)]
-        _wait(processes, [log for _, log in jobs], results, pins, timeout)
-        done_by_worker = []
-        for k in range(workers):
-            done = pickle.loads(results[k].read_bytes())
-            done_by_worker.append(
-                WorkerResult(
-                    done["trace"], pins[k], done["affinity"], shares[k], done["seconds"]
-                )
-            )
-    return done_by_worker
+            jobs[k].write_bytes(pickle.dumps(job))
+        with _workers(jobs, logs, pins) as processes:
+            _wait(processes, logs, results, pins, timeout)
+        done = [pickle.loads(result.read_bytes()) for result in results]
+    return [
+        WorkerResult(
+            d["trace"], pins[k], d["affinity"], shares[k], d["seconds"], d["sampled"]
+        )
+        for k, d in enumerate(done)
+    ]
 
 
-def merge_chains(traces: Sequence[Any]) -> Any:
+def merge_chains(traces: Sequence[xr.DataTree]) -> xr.DataTree:
     """Concatenate nutpie traces along ``chain``, renumbering the chains from 0.
 
-    Every group of the first trace is concatenated; variables without a
-    ``chain`` dimension are taken from the first trace.
+    Parameters
+    ----------
+    traces : sequence of xarray.DataTree
+        nutpie's traces of the same model and the same numbers of draws.
+
+    Returns
+    -------
+    xarray.DataTree
+        Every group of the first trace, concatenated along ``chain``; groups
+        without a ``chain`` dimension (the model's data) and attributes are
+        the first trace's, except that nutpie's settings
+        (``sample_stats.attrs["inference_library_settings"]``) count all the
+        chains and hold every trace's seed, in order.
     """
     import numpy as np
     import xarray as xr
@@ -302,13 +334,75 @@ def merge_chains(traces: Sequence[Any]) -> Any:
             data_vars="minimal",
             coords="minimal",
             compat="override",
-            join="outer",
+            join="exact",  # the same draws in every trace, or an error
             combine_attrs="override",
         )
         groups[name] = merged.assign_coords(chain=np.arange(merged.sizes["chain"]))
+    settings = _merged_settings(
+        [trace["sample_stats"].attrs for trace in traces if "sample_stats" in trace]
+    )
+    if settings is not None:
+        groups["sample_stats"].attrs["inference_library_settings"] = settings
     tree = xr.DataTree.from_dict(groups)
     tree.attrs = dict(traces[0].attrs)
     return tree
+
+
+def _merged_settings(attrs: list[dict[str, Any]]) -> str | None:
+    """Return nutpie's settings of several traces as one trace's (JSON), or None."""
+    try:
+        settings = [json.loads(a["inference_library_settings"]) for a in attrs]
+        merged = settings[0]
+        merged["settings"]["num_chains"] = sum(
+            s["settings"]["num_chains"] for s in settings
+        )
+        merged["settings"]["seed"] = [s["settings"]["seed"] for s in settings]
+    except (KeyError, IndexError, TypeError, ValueError):  # not nutpie's settings
+        return None
+    return json.dumps(merged)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    """Return ``value`` as an int, if it is a positive integer (not a bool)."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        number = None
+    if isinstance(value, bool) or number is None or number < 1:
+        raise ValueError(
+            f"sample_in_processes: {name} must be a positive int, not {value!r}"
+        )
+    return number
+
+
+def _payload(model: Any, compile_kwargs: dict, sample_kwargs: dict) -> bytes:
+    """Return the model and the sampler's arguments as cloudpickle's bytes, together.
+
+    Pickled together, a variable of the model used as a key of
+    ``initial_points`` (or in ``jitter_rvs``) is the worker's model's own, as
+    PyMC, which matches them by identity, needs.
+    """
+    import cloudpickle
+
+    if not _is_pymc_model(model) and any(
+        not isinstance(key, str)
+        for name in _KEYED_BY_VARIABLE
+        for key in (compile_kwargs.get(name) or ())
+    ):
+        raise TypeError(
+            "sample_in_processes: compile_kwargs name variables by the variables "
+            f"themselves ({' or '.join(_KEYED_BY_VARIABLE)}), but the model is a "
+            "function the workers call: name them by their names instead"
+        )
+    try:
+        return cloudpickle.dumps((model, compile_kwargs, sample_kwargs))
+    except Exception as error:
+        raise TypeError(
+            f"sample_in_processes could not pickle the model or the sampler's "
+            f"arguments with cloudpickle ({type(error).__name__}: {error}); pass a "
+            "function that builds the model instead, defined in a module the "
+            "workers can import"
+        ) from error
 
 
 def _is_pymc_model(model: Any) -> bool:
@@ -317,33 +411,70 @@ def _is_pymc_model(model: Any) -> bool:
 
 
 def _usable_cpus() -> list[int]:
-    """The cores this process may run on, or none where affinity is not Linux's."""
+    """Return the cores this process may run on, or none where affinity is not Linux's."""
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return []
 
 
-def _start(
-    jobs: list[tuple[Path, Path]], pins: list[int | None]
-) -> list[subprocess.Popen]:
-    processes = []
-    for (job_path, log), pin in zip(jobs, pins):
-        with open(log, "wb") as output:
-            processes.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-c",
-                        _BOOTSTRAP,
-                        "-" if pin is None else str(pin),
-                        str(job_path),
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
+@contextlib.contextmanager
+def _pinned_thread(cpu: int | None) -> Iterator[None]:
+    """Confine this thread to ``cpu`` for the block (Linux's affinity is per thread).
+
+    A process started inside the block inherits it from its first instruction,
+    before its interpreter starts any thread pool.
+    """
+    if cpu is None:
+        yield
+        return
+    previous = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, previous)
+
+
+@contextlib.contextmanager
+def _workers(
+    jobs: list[Path], logs: list[Path], pins: list[int | None]
+) -> Iterator[list[subprocess.Popen]]:
+    """Start a worker per job, each pinned to its core; kill them all on an error.
+
+    On leaving the block normally, the workers finish exiting in the
+    background (JAX's and nutpie's threads, finalizers: about a second after
+    their result is written), reaped there, and killed if they take longer
+    than :data:`_EXIT_GRACE`.
+    """
+    processes: list[subprocess.Popen] = []
+    try:
+        for job, log, cpu in zip(jobs, logs, pins):
+            with open(log, "wb") as output, _pinned_thread(cpu):
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-c", _BOOTSTRAP, str(job)],
+                        stdin=subprocess.DEVNULL,
+                        stdout=output,
+                        stderr=subprocess.STDOUT,
+                    )
                 )
-            )
-    return processes
+        yield processes
+    except BaseException:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+        raise
+    finally:
+        threading.Thread(target=_reap, args=(processes,), daemon=True).start()
+
+
+def _reap(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        try:
+            process.wait(timeout=_EXIT_GRACE)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _wait(
@@ -353,68 +484,58 @@ def _wait(
     pins: list[int | None],
     timeout: float | None,
 ) -> None:
-    """Wait until every worker has written its result; on the first failure or the
-    timeout, stop them all and raise.
+    """Wait until every worker has written its result; raise on the first failure or
+    the timeout.
 
-    A worker's result file appears whole (written, then renamed), about a
-    second before its interpreter has shut down (JAX's and nutpie's threads,
-    finalizers): the workers finish exiting in the background.
+    A worker writes its result whole (to a file then renamed), its last act
+    before it exits.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    done = False
-    try:
-        while not all(result.exists() for result in results):
-            for k, process in enumerate(processes):
-                if process.poll() is not None and not results[k].exists():
-                    how = (
-                        "exited without a result"
-                        if process.returncode == 0
-                        else f"failed with exit code {process.returncode}"
-                    )
-                    raise ChainProcessError(
-                        f"sample_in_processes: worker {k} (core {pins[k]}) {how}; "
-                        f"the end of its output:\n{_tail(logs[k])}"
-                    )
-            if deadline is not None and time.monotonic() > deadline:
-                running = [k for k, r in enumerate(results) if not r.exists()]
-                raise ChainProcessError(
-                    f"sample_in_processes: workers {running} ran out of the timeout of "
-                    f"{timeout} s and were stopped; the end of worker {running[0]}'s "
-                    f"output:\n{_tail(logs[running[0]])}"
+    while not all(result.exists() for result in results):
+        for k, process in enumerate(processes):
+            if process.poll() is not None and not results[k].exists():
+                how = (
+                    "exited without a result"
+                    if process.returncode == 0
+                    else f"failed with exit code {process.returncode}"
                 )
-            time.sleep(0.02)
-        done = True
-    finally:
-        for process in processes:
-            if not done and process.poll() is None:
-                process.kill()
-        # Reaped (no zombie left behind) without holding up the caller.
-        threading.Thread(
-            target=lambda: [process.wait() for process in processes], daemon=True
-        ).start()
+                raise ChainProcessError(
+                    f"sample_in_processes: worker {k} (core {pins[k]}) {how}; "
+                    f"the end of its output:\n{_tail(logs[k])}"
+                )
+        if deadline is not None and time.monotonic() > deadline:
+            running = [k for k, r in enumerate(results) if not r.exists()]
+            raise ChainProcessError(
+                f"sample_in_processes: workers {running} ran out of the timeout of "
+                f"{timeout} s and were stopped; the end of worker {running[0]}'s "
+                f"output:\n{_tail(logs[running[0]])}"
+            )
+        time.sleep(0.02)
 
 
 def _tail(log: Path) -> str:
     lines = log.read_text(errors="replace").splitlines()
-    return "\n".join(lines[-_STDERR_TAIL_LINES:]) or "(no output)"
+    return "\n".join(lines[-_OUTPUT_TAIL_LINES:]) or "(no output)"
 
 
 #: nutpie's log-density: ``(n_dim, x, gradient out, logp out, user_data) -> status``.
 _LOG_DENSITY = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_uint64, *[ctypes.c_void_p] * 4)
 
 
-def _call_log_density_once(compiled: Any) -> None:
-    """Call nutpie's log-density of ``compiled`` once, at a start point, as nutpie does.
+def _call_log_density_once(compiled: Any) -> bool:
+    """Call nutpie's C log-density of ``compiled`` once, at a start point; return
+    whether it has one.
 
-    XLA loads the model's program (from JAX's cache) now rather than in the
-    first leapfrog step, so that a worker's seconds tell start-up from
-    sampling. Not for nutpie's other backends, whose models have no C function.
+    XLA loads the model's program (from JAX's cache) now, not in the first
+    leapfrog step, so that a worker's seconds tell start-up from sampling.
+    nutpie's other backends have no C function. What the call returns is of
+    no interest: nutpie calls the log-density again at its own start points.
     """
     import numpy as np
 
     function = getattr(compiled, "compiled_logp_func", None)
     if function is None:
-        return
+        return False
     point = np.ascontiguousarray(compiled.initial_point_func(0), dtype=np.float64)
     gradient, logp = np.empty_like(point), np.empty(1)
     _LOG_DENSITY(function.address)(
@@ -424,44 +545,60 @@ def _call_log_density_once(compiled: Any) -> None:
         logp.ctypes.data,
         compiled.user_data.ctypes.data,
     )
+    return True
 
 
-def _work(job_path: str, start: float) -> int:
-    """A worker's job after its script's first imports (from ``start``).
+def _work(job: dict[str, Any], start: float) -> int:
+    """Do a worker's job, after its script's first imports (from ``start``).
 
-    Unpickle, compile, sample, write the result.
+    Unpickle the model, compile it, sample, write the result; return the
+    exit status.
     """
     try:
-        job = pickle.loads(Path(job_path).read_bytes())
-        sys.path[:] = job["sys_path"]
         import cloudpickle
         import nutpie
 
-        model = cloudpickle.loads(job["model"])
-        if not _is_pymc_model(model) and callable(model):
+        model, compile_kwargs, sample_kwargs = cloudpickle.loads(
+            Path(job["model"]).read_bytes()
+        )
+        if not _is_pymc_model(model):
             model = model()
         seconds = {"imports": time.perf_counter() - start}
         before = time.perf_counter()
-        compiled = nutpie.compile_pymc_model(model, **job["compile_kwargs"])
+        compiled = nutpie.compile_pymc_model(model, **compile_kwargs)
         seconds["compile"] = time.perf_counter() - before
         before = time.perf_counter()
-        _call_log_density_once(compiled)
-        seconds["first call"] = time.perf_counter() - before
-        before = time.perf_counter()
+        if _call_log_density_once(compiled):
+            seconds["first call"] = time.perf_counter() - before
+        before, started = time.perf_counter(), time.time()
         trace = nutpie.sample(
-            compiled, cores=1, progress_bar=False, **job["sample_kwargs"]
+            compiled,
+            chains=job["chains"],
+            cores=1,
+            seed=job["seed"],
+            progress_bar=False,
+            **sample_kwargs,
         )
         seconds["sampling"] = time.perf_counter() - before
+        sampled = (started, time.time())
         if _is_pymc_model(model):
             from pymc.backends.arviz import patch_nutpie_idata
 
             # What pm.sample adds to nutpie's trace: the model's data groups.
             patch_nutpie_idata(trace, model, sampling_time=seconds["sampling"])
+        affinity = tuple(_usable_cpus())
         result = Path(job["result"])
         partial = result.with_suffix(".partial")
-        affinity = sorted(os.sched_getaffinity(0)) if _usable_cpus() else []
-        done = {"trace": trace, "seconds": seconds, "affinity": tuple(affinity)}
-        partial.write_bytes(pickle.dumps(done))
+        partial.write_bytes(
+            pickle.dumps(
+                {
+                    "trace": trace,
+                    "seconds": seconds,
+                    "affinity": affinity,
+                    "sampled": sampled,
+                }
+            )
+        )
         partial.replace(result)
     except BaseException:
         traceback.print_exc()
