@@ -202,9 +202,12 @@ if __name__ == "__main__":
              seed=k, marker="killed.txt")
         for k in range(3)
     ]
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
-        with Client(cluster) as client:
-            fits = sbc.run_fits(client, tasks, faults.fit)
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None)
+    client = Client(cluster)
+    try:
+        fits = sbc.run_fits(client, tasks, faults.fit)
+    finally:
+        sbc.stop_client(client, cluster)
     print("FITS", json.dumps([dataclasses.asdict(f) for f in fits]))
 """
 
@@ -234,3 +237,29 @@ def test_a_killed_worker_and_a_raising_fit(tmp_path):
     assert entries
     for path in entries:
         assert isinstance(pickle.loads(path.read_bytes()), Entry), path.name
+
+
+class _Closing:
+    """A client or cluster whose ``close`` records the call, or raises."""
+
+    def __init__(self, error: Exception | None = None):
+        self.error = error
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+        if self.error is not None:
+            raise self.error
+
+
+def test_a_slow_teardown_keeps_the_fits(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    import sbc_boarding_school as sbc
+
+    client, cluster = _Closing(), _Closing(TimeoutError())
+    sbc.stop_client(client, cluster)
+    assert client.closed and cluster.closed
+    assert "took longer than distributed's timeout" in capsys.readouterr().err
+    # Any other error of the teardown is the caller's to see.
+    with pytest.raises(OSError, match="lost"):
+        sbc.stop_client(_Closing(), _Closing(OSError("lost")))
