@@ -8,8 +8,8 @@ small programs of small ODE models that hand-off is about half of a call. A
 process confined to one core gets a pool of one thread, on its caller's
 core; threads of one process share one pool, so chains on threads cannot
 each keep their calls on their own core, and processes can. On this
-project's 2-core machine, ``examples/stan_ode.py``'s chains took about 100
-µs per gradient in processes pinned to cores against about 200 µs on
+project's 2-core machine, ``examples/stan_ode.py``'s two chains took 118
+µs per gradient per core in processes pinned to cores against 240 µs on
 nutpie's threads (``benchmarks/small_odes.py``). The price is each worker's
 start-up before its first draw, beside the others: its imports (about 3 s
 for PyMC, nutpie and JAX), the model's compilation (0.5 s once the trace and
