@@ -48,6 +48,11 @@ order), and the tables give medians over rounds.
   leapfrog steps over those of the longer chain). Each route's ``cores=1``
   is its own: a process on one core for ``processes``, an unpinned process
   (whose XLA pool keeps about 1.5 cores busy) for ``ours``.
+* **neighbours**: one seeded chain of 1000 + 1000, sampled again and again
+  by a process pinned to core 0 while a process pinned to core 1 is idle,
+  calls the log-density as fast as it can, or samples (nutpie, paused when
+  not sampling), in alternating phases: what a busy core costs a chain in
+  processes, the same chain's gradients each time.
 * **threads**: no model, pure JAX: a jitted loop of 2 x 2 solves (the stiff
   solver's Newton steps call LAPACK through jaxlib) and one of 2 x 2 products,
   each called from one thread and from two at once.
@@ -118,6 +123,7 @@ KINDS = (
     "parallel_calls",
     "pinned_calls",
     "chains",
+    "neighbours",
     "threads",
     "fit",
 )
@@ -518,6 +524,82 @@ def child_fit(spec: dict) -> dict:
     return result
 
 
+#: The neighbour's activities beside the sampler's chain, in the order run.
+NEIGHBOUR_PHASES = ("idle", "calls", "sampling")
+
+
+def child_neighbour(spec: dict) -> dict:
+    """One process of the ``neighbours`` measurement, pinned to ``spec["cpu"]``.
+
+    The sampler (core 0) writes each phase's name to ``spec["signal"]`` and
+    samples its seeded chain; the neighbour (core 1) reads the file and
+    idles, calls the log-density, or lets a background sampler run.
+    """
+    import nutpie
+
+    os.sched_setaffinity(0, {spec["cpu"]})  # before XLA starts its threads
+    phases: dict = {}
+    _, compiled, x = compile_ours(spec["model"], "ours", phases)
+    call = logp_call(compiled, x)
+    settings = NUTPIE_SETTINGS.get(spec["model"], {})
+    signal = Path(spec["signal"])
+    if spec["role"] == "sampler":
+        nutpie.sample(compiled, chains=1, tune=20, draws=5, progress_bar=False)
+        time.sleep(max(spec["start at"] - time.time(), 0.0))
+        runs = []
+        for _ in range(2):
+            for phase in NEIGHBOUR_PHASES:
+                signal.write_text(phase)
+                time.sleep(0.5)  # the neighbour's switch
+                before = time.perf_counter()
+                trace = nutpie.sample(
+                    compiled,
+                    chains=1,
+                    tune=CHAIN_LENGTH,
+                    draws=CHAIN_LENGTH,
+                    cores=1,
+                    seed=spec["seed"],
+                    progress_bar=False,
+                    **settings,
+                )
+                seconds = time.perf_counter() - before
+                runs.append(
+                    {
+                        "phase": phase,
+                        "seconds": seconds,
+                        "steps": sum(leapfrog_steps(trace)),
+                    }
+                )
+        signal.write_text("done")
+        return {"runs": runs}
+    background = nutpie.sample(
+        compiled,
+        chains=1,
+        tune=100 * CHAIN_LENGTH,
+        draws=100 * CHAIN_LENGTH,
+        cores=1,
+        seed=spec["seed"] + 1,
+        progress_bar=False,
+        blocking=False,
+        **settings,
+    )
+    background.pause()
+    phase, paused = "idle", True
+    while phase != "done":
+        if phase == "calls":
+            until = time.perf_counter() + 0.02
+            while time.perf_counter() < until:
+                call()
+        else:
+            time.sleep(0.02)
+        phase = signal.read_text() if signal.exists() else "idle"
+        if (phase == "sampling") == paused:
+            background.resume() if paused else background.pause()
+            paused = not paused
+    background.abort()
+    return {}
+
+
 def child_threads(spec: dict) -> dict:
     """Pure JAX, no model: a loop of 2 x 2 solves (LAPACK) or products, from 1 and 2 threads.
 
@@ -566,6 +648,7 @@ def child_threads(spec: dict) -> dict:
 CHILDREN = {
     "threads": child_threads,
     "pinned_call": child_pinned_calls,
+    "neighbour": child_neighbour,
     "startup": child_startup,
     "per_call": child_per_call,
     "parallel_calls": child_parallel_calls,
@@ -603,6 +686,33 @@ def run_child(spec: dict, caches: Path, timeout: float) -> dict:
             thread.join()
         errors = [r["error"] for r in results if "error" in r]
         return {"error": errors[0]} if errors else {"processes": results}
+    if spec["kind"] == "neighbours":
+        import threading
+
+        signal = caches / f"neighbours-{spec['model']}-{spec['seed']}"
+        parts = [
+            {
+                **spec,
+                "kind": "neighbour",
+                "role": role,
+                "cpu": cpu,
+                "signal": str(signal),
+                "start at": time.time() + 25,
+            }
+            for cpu, role in enumerate(("sampler", "neighbour"))
+        ]
+        results = [{}, {}]
+
+        def run(k: int) -> None:
+            results[k] = run_child(parts[k], caches, timeout)
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        errors = [r["error"] for r in results if "error" in r]
+        return {"error": errors[0]} if errors else results[0]
     route = spec.get("route", "ours")
     folder = caches / f"{spec['model']}-{'ours' if route in WARMED_AS_OURS else route}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -642,6 +752,8 @@ def plan(settings) -> list[list[dict]]:
                     for r in ("ours", "processes")
                     for c in (1, 2)
                 ]
+            if "neighbours" in settings.kinds:
+                specs.append({"kind": "neighbours", "model": name, "route": "ours"})
             if "threads" in settings.kinds and name == "pk":
                 specs.append({"kind": "threads", "model": name, "route": "jax"})
             if "fit" in settings.kinds:
@@ -794,6 +906,56 @@ def report(runs: dict[str, list[dict]], settings) -> str:
                     "allowed by the chains' lengths",
                     "µs per gradient per core, cores=1",
                     "cores=2",
+                ],
+                rows,
+            ),
+            "",
+        ]
+    rows = []
+    for name in MODELS:  # stored runs too
+        found = ok.get(f"neighbours|{name}|ours", [])
+        if not found:
+            continue
+        per_gradient = {
+            phase: median(
+                [
+                    run["seconds"] / run["steps"] * 1e6
+                    for r in found
+                    for run in r["runs"]
+                    if run["phase"] == phase
+                ]
+            )
+            for phase in NEIGHBOUR_PHASES
+        }
+        idle = per_gradient["idle"]
+        rows.append(
+            [name]
+            + [f"{per_gradient[p]:.0f}" for p in NEIGHBOUR_PHASES]
+            + [
+                f"{per_gradient['calls'] / idle:.3f}",
+                f"{per_gradient['sampling'] / idle:.3f}",
+                f"{2 * idle / per_gradient['sampling']:.2f}",
+            ]
+        )
+    if rows:
+        lines += [
+            "## A chain in a pinned process beside an idle, a calling and a sampling core",
+            "",
+            "One seeded chain of 1000 + 1000 (the same gradients each time) sampled "
+            "by a process pinned to core 0 while a process pinned to core 1 idles, "
+            "calls the log-density, or samples; 2 alternations of the 3 phases per "
+            "round, medians over all. Two chains of equal length in processes "
+            "could reach 2 x idle over sampling.",
+            "",
+            markdown_table(
+                [
+                    "model",
+                    "µs per gradient, neighbour idle",
+                    "calling",
+                    "sampling",
+                    "calling over idle",
+                    "sampling over idle",
+                    "two equal chains could reach",
                 ],
                 rows,
             ),
