@@ -46,7 +46,6 @@ Examples
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import json
 import operator
@@ -518,10 +517,6 @@ def _tail(log: Path) -> str:
     return "\n".join(lines[-_OUTPUT_TAIL_LINES:]) or "(no output)"
 
 
-#: nutpie's log-density: ``(n_dim, x, gradient out, logp out, user_data) -> status``.
-_LOG_DENSITY = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_uint64, *[ctypes.c_void_p] * 4)
-
-
 def _call_log_density_once(compiled: Any) -> bool:
     """Call nutpie's C log-density of ``compiled`` once, at a start point; return
     whether it has one.
@@ -533,12 +528,14 @@ def _call_log_density_once(compiled: Any) -> bool:
     """
     import numpy as np
 
+    from pytensor.compile.jax_ofg_nutpie import LOGP_SIGNATURE
+
     function = getattr(compiled, "compiled_logp_func", None)
     if function is None:
         return False
     point = np.ascontiguousarray(compiled.initial_point_func(0), dtype=np.float64)
     gradient, logp = np.empty_like(point), np.empty(1)
-    _LOG_DENSITY(function.address)(
+    LOGP_SIGNATURE(function.address)(
         point.size,
         point.ctypes.data,
         gradient.ctypes.data,
