@@ -780,9 +780,27 @@ def label(spec: dict) -> str:
     return f"{spec['kind']}|{spec['model']}|{spec['route']}{cores}"
 
 
-def report(runs: dict[str, list[dict]], settings) -> str:
+def section(
+    title: str,
+    header: list[str],
+    rows: list[list[str]],
+    *,
+    before: str = "",
+    after: str = "",
+) -> list[str]:
+    """Lines of a report's section: its title, a table, a paragraph before and after."""
     from _timing import markdown_table
 
+    lines = [f"## {title}", ""]
+    if before:
+        lines += [before, ""]
+    lines += [markdown_table(header, rows), ""]
+    if after:
+        lines += [after, ""]
+    return lines
+
+
+def report(runs: dict[str, list[dict]], settings) -> str:
     ok = {k: [r for r in v if "error" not in r] for k, v in runs.items()}
     lines = [
         "# Small ODE models against Stan",
@@ -817,22 +835,18 @@ def report(runs: dict[str, list[dict]], settings) -> str:
                 ]
             )
     if rows:
-        lines += [
-            "## Start-up of a second process (s)",
-            "",
-            markdown_table(
-                [
-                    "model",
-                    "nutpie calls",
-                    "imports + build",
-                    "compile_pymc_model",
-                    "first call",
-                    "compile + first call",
-                ],
-                rows,
-            ),
-            "",
-        ]
+        lines += section(
+            "Start-up of a second process (s)",
+            [
+                "model",
+                "nutpie calls",
+                "imports + build",
+                "compile_pymc_model",
+                "first call",
+                "compile + first call",
+            ],
+            rows,
+        )
     rows = []
     for name in MODELS:  # stored runs too
         found = ok.get(f"per_call|{name}|ours", [])
@@ -845,14 +859,11 @@ def report(runs: dict[str, list[dict]], settings) -> str:
                 [name, f"{ours * 1e6:.0f}", f"{jax_ * 1e6:.0f}", f"{ours / jax_:.2f}"]
             )
     if rows:
-        lines += [
-            "## Value and gradient per call (µs)",
-            "",
-            markdown_table(
-                ["model", "ours (nutpie's C call)", "pure JAX", "ratio"], rows
-            ),
-            "",
-        ]
+        lines += section(
+            "Value and gradient per call (µs)",
+            ["model", "ours (nutpie's C call)", "pure JAX", "ratio"],
+            rows,
+        )
     rows = []
     routes = {"ours": "nutpie, chains on threads", "processes": "chains in processes"}
     for name in MODELS:  # stored runs too
@@ -882,35 +893,32 @@ def report(runs: dict[str, list[dict]], settings) -> str:
                 ]
             )
     if rows:
-        lines += [
-            f"## Two chains ({CHAIN_LENGTH} + {CHAIN_LENGTH}), cores=1 against cores=2",
-            "",
-            "Chains in processes: one worker per core, pinned to it, sampling its "
-            "chains with nutpie's `cores=1`; the time is from the first worker's "
-            "start of `nutpie.sample` to the last one's end, after each one's first "
-            "call of the log-density (chains on threads: `nutpie.sample` after a "
-            "first call and a short untimed sample). Each route's cores=1 is its "
-            "own: one pinned process, or one unpinned process whose XLA pool keeps "
-            "about 1.5 cores busy; compare routes by their cores=2 times. µs per "
-            "gradient per core: the time x cores over all leapfrog steps, warm-up "
-            "included.",
-            "",
-            markdown_table(
-                [
-                    "model",
-                    "route",
-                    "cores=1 (s)",
-                    "cores=2 (s)",
-                    "speed-up, per round",
-                    "median",
-                    "allowed by the chains' lengths",
-                    "µs per gradient per core, cores=1",
-                    "cores=2",
-                ],
-                rows,
+        lines += section(
+            f"Two chains ({CHAIN_LENGTH} + {CHAIN_LENGTH}), cores=1 against cores=2",
+            [
+                "model",
+                "route",
+                "cores=1 (s)",
+                "cores=2 (s)",
+                "speed-up, per round",
+                "median",
+                "allowed by the chains' lengths",
+                "µs per gradient per core, cores=1",
+                "cores=2",
+            ],
+            rows,
+            before=(
+                "Chains in processes: one worker per core, pinned to it, sampling its "
+                "chains with nutpie's `cores=1`; the time is from the first worker's "
+                "start of `nutpie.sample` to the last one's end, after each one's first "
+                "call of the log-density (chains on threads: `nutpie.sample` after a "
+                "first call and a short untimed sample). Each route's cores=1 is its "
+                "own: one pinned process, or one unpinned process whose XLA pool keeps "
+                "about 1.5 cores busy; compare routes by their cores=2 times. µs per "
+                "gradient per core: the time x cores over all leapfrog steps, warm-up "
+                "included."
             ),
-            "",
-        ]
+        )
     rows = []
     for name in MODELS:  # stored runs too
         found = ok.get(f"neighbours|{name}|ours", [])
@@ -938,29 +946,26 @@ def report(runs: dict[str, list[dict]], settings) -> str:
             ]
         )
     if rows:
-        lines += [
-            "## A chain in a pinned process beside an idle, a calling and a sampling core",
-            "",
-            "One seeded chain of 1000 + 1000 (the same gradients each time) sampled "
-            "by a process pinned to core 0 while a process pinned to core 1 idles, "
-            "calls the log-density, or samples; 2 alternations of the 3 phases per "
-            "round, medians over all. Two chains of equal length in processes "
-            "could reach 2 x idle over sampling.",
-            "",
-            markdown_table(
-                [
-                    "model",
-                    "µs per gradient, neighbour idle",
-                    "calling",
-                    "sampling",
-                    "calling over idle",
-                    "sampling over idle",
-                    "two equal chains could reach",
-                ],
-                rows,
+        lines += section(
+            "A chain in a pinned process beside an idle, a calling and a sampling core",
+            [
+                "model",
+                "µs per gradient, neighbour idle",
+                "calling",
+                "sampling",
+                "calling over idle",
+                "sampling over idle",
+                "two equal chains could reach",
+            ],
+            rows,
+            before=(
+                "One seeded chain of 1000 + 1000 (the same gradients each time) sampled "
+                "by a process pinned to core 0 while a process pinned to core 1 idles, "
+                "calls the log-density, or samples; 2 alternations of the 3 phases per "
+                "round, medians over all. Two chains of equal length in processes "
+                "could reach 2 x idle over sampling."
             ),
-            "",
-        ]
+        )
     rows = []
     for name in MODELS:  # stored runs too
         alone = ok.get(f"pinned_calls|{name}|processes=1", [])
@@ -987,27 +992,24 @@ def report(runs: dict[str, list[dict]], settings) -> str:
         row.insert(3, f"{median(ratios):.2f}")
         rows.append(row)
     if rows:
-        lines += [
-            "## Calls from processes pinned to one core each, without the sampler",
-            "",
-            "Value and gradient at the start point, called as fast as possible from "
-            "one thread of a process pinned to core 0, alone, and from two such "
-            "processes (cores 0 and 1) measuring at the same time (5 interleaved "
-            "rounds of 1 s each): what two chains in processes may reach here.",
-            "",
-            markdown_table(
-                [
-                    "model",
-                    "ours: µs per call, alone",
-                    "ours: throughput, 2 processes over 1",
-                    "ours over pure JAX, per call alone",
-                    "pure JAX: µs per call, alone",
-                    "pure JAX: throughput, 2 processes over 1",
-                ],
-                rows,
+        lines += section(
+            "Calls from processes pinned to one core each, without the sampler",
+            [
+                "model",
+                "ours: µs per call, alone",
+                "ours: throughput, 2 processes over 1",
+                "ours over pure JAX, per call alone",
+                "pure JAX: µs per call, alone",
+                "pure JAX: throughput, 2 processes over 1",
+            ],
+            rows,
+            before=(
+                "Value and gradient at the start point, called as fast as possible from "
+                "one thread of a process pinned to core 0, alone, and from two such "
+                "processes (cores 0 and 1) measuring at the same time (5 interleaved "
+                "rounds of 1 s each): what two chains in processes may reach here."
             ),
-            "",
-        ]
+        )
     rows = []
     for name in MODELS:  # stored runs too
         found = ok.get(f"parallel_calls|{name}|ours", [])
@@ -1026,29 +1028,26 @@ def report(runs: dict[str, list[dict]], settings) -> str:
             row += [f"{1e6 / one:.0f}", f"{busy:.2f}", f"{median(ratios):.2f}"]
         rows.append(row)
     if rows:
-        lines += [
-            "## Calls from two threads at once, without the sampler",
-            "",
-            "Value and gradient at the start point, called as fast as possible "
-            "from one thread, then from two (7 interleaved rounds of 1 s in one "
-            "process, per round the ratio of calls per second). Cores busy: "
-            "the process's CPU seconds per second with one thread calling "
-            "(XLA's CPU runtime runs the program on its own threads).",
-            "",
-            markdown_table(
-                [
-                    "model",
-                    "ours: µs per call, 1 thread",
-                    "cores busy",
-                    "ours: throughput, 2 threads over 1",
-                    "pure JAX: µs per call, 1 thread",
-                    "cores busy",
-                    "pure JAX: throughput, 2 threads over 1",
-                ],
-                rows,
+        lines += section(
+            "Calls from two threads at once, without the sampler",
+            [
+                "model",
+                "ours: µs per call, 1 thread",
+                "cores busy",
+                "ours: throughput, 2 threads over 1",
+                "pure JAX: µs per call, 1 thread",
+                "cores busy",
+                "pure JAX: throughput, 2 threads over 1",
+            ],
+            rows,
+            before=(
+                "Value and gradient at the start point, called as fast as possible "
+                "from one thread, then from two (7 interleaved rounds of 1 s in one "
+                "process, per round the ratio of calls per second). Cores busy: "
+                "the process's CPU seconds per second with one thread calling "
+                "(XLA's CPU runtime runs the program on its own threads)."
             ),
-            "",
-        ]
+        )
     found = ok.get("threads|pk|jax", [])
     if found:
         rows = []
@@ -1061,20 +1060,16 @@ def report(runs: dict[str, list[dict]], settings) -> str:
             rows.append(
                 [what, f"{one * 1e6:.0f}", f"{two * 1e6:.0f}", f"{one / two:.2f}"]
             )
-        lines += [
-            "## Pure JAX from two threads (no model, no nutpie): why `pk`'s chains do not run in parallel",
-            "",
-            markdown_table(
-                [
-                    "a jitted loop of",
-                    "µs per call, 1 thread",
-                    "µs per call, 2 threads at once",
-                    "throughput, 2 threads over 1",
-                ],
-                rows,
-            ),
-            "",
-        ]
+        lines += section(
+            "Pure JAX from two threads (no model, no nutpie): why `pk`'s chains do not run in parallel",
+            [
+                "a jitted loop of",
+                "µs per call, 1 thread",
+                "µs per call, 2 threads at once",
+                "throughput, 2 threads over 1",
+            ],
+            rows,
+        )
     rows, agreement, own_time_only = [], [], []
     for name in MODELS:  # stored runs too
         stan_runs = ok.get(f"fit|{SAME_STAN_PROGRAM.get(name, name)}|stan", [])
@@ -1127,36 +1122,33 @@ def report(runs: dict[str, list[dict]], settings) -> str:
             if route != "stan" and stan_runs:
                 agreement.append((f"{name}, {route}", found, stan_runs))
     if rows:
-        lines += [
-            "## Whole fits: 4 chains of 1000 + 1000",
-            "",
-            markdown_table(
-                [
-                    "model",
-                    "route",
-                    "whole (s)",
-                    "x Stan",
-                    "imports + build",
-                    "compile",
-                    "sampling",
-                    "min bulk ESS",
-                    "ESS/s",
-                    "max R-hat",
-                    "divergences",
-                    "gradients per draw",
-                    "µs per gradient per core",
-                ],
-                rows,
+        lines += section(
+            "Whole fits: 4 chains of 1000 + 1000",
+            [
+                "model",
+                "route",
+                "whole (s)",
+                "x Stan",
+                "imports + build",
+                "compile",
+                "sampling",
+                "min bulk ESS",
+                "ESS/s",
+                "max R-hat",
+                "divergences",
+                "gradients per draw",
+                "µs per gradient per core",
+            ],
+            rows,
+            after=(
+                "whole: the process, first line to the posterior in memory (interpreter "
+                "start-up aside). Chains in processes: compile is the workers' start-up "
+                "(their imports, compilation and first call, beside each other), "
+                "sampling from the first worker's start of sampling to the last one's "
+                "end. µs per gradient per core: sampling seconds x 2 cores over all "
+                "leapfrog steps, warm-up included."
             ),
-            "",
-            "whole: the process, first line to the posterior in memory (interpreter "
-            "start-up aside). Chains in processes: compile is the workers' start-up "
-            "(their imports, compilation and first call, beside each other), "
-            "sampling from the first worker's start of sampling to the last one's "
-            "end. µs per gradient per core: sampling seconds x 2 cores over all "
-            "leapfrog steps, warm-up included.",
-            "",
-        ]
+        )
         if own_time_only:
             lines += [
                 f"Fits in processes of {', '.join(own_time_only)} were stored before "
