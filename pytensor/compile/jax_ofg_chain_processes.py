@@ -61,6 +61,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytensor.compile.jax_ofg_nutpie import LOGP_SIGNATURE
+
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -527,8 +529,6 @@ def _call_log_density_once(compiled: Any) -> bool:
     no interest: nutpie calls the log-density again at its own start points.
     """
     import numpy as np
-
-    from pytensor.compile.jax_ofg_nutpie import LOGP_SIGNATURE
 
     function = getattr(compiled, "compiled_logp_func", None)
     if function is None:
