@@ -9,11 +9,9 @@ linear with rate ``Vmax / (V * Km)`` (~200 / h) against absorption's ``ka``
 (~1 / h) over 24 h. Solved with ``diffrax.Kvaerno5`` and a PID controller
 here, with Stan's ``ode_bdf_tol`` at the same tolerances in :data:`STAN_PROGRAM`.
 
-* :func:`solve`: the concentrations at :data:`TIMES` as a JAX function (its
-  adjoint is an argument: diffrax's default reverse-mode adjoint, or
-  ``diffrax.ForwardMode()``; and the linear solver of the stiff solver's
-  Newton steps and of their derivative: lineax's LU by default, or
-  :class:`SmallDenseSolver`, with :func:`root_find_linear_solver`);
+* :func:`solve`: the concentrations at :data:`TIMES` as a JAX function, with
+  ``diffrax.Kvaerno5()`` as a user writes it (its adjoint is an argument:
+  diffrax's default reverse-mode adjoint, or ``diffrax.ForwardMode()``);
 * :func:`build_model`: the PyMC model around a PyTensor ``concentrations(theta)``;
 * :func:`logp`: the same log-density in pure JAX (for pure-JAX timings);
 * :data:`STAN_PROGRAM`, :func:`stan_data`: the model in Stan.
@@ -21,15 +19,12 @@ here, with Stan's ``ode_bdf_tol`` at the same tolerances in :data:`STAN_PROGRAM`
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import diffrax
 import jax
 import jax.numpy as jnp
-import lineax as lx
 import numpy as np
-import optimistix as optx
 
 
 jax.config.update("jax_enable_x64", True)
@@ -52,104 +47,16 @@ def _rhs(t, y, theta):
     )
 
 
-class SmallDenseSolver(lx.AbstractLinearSolver):
-    """A linear solver for small dense systems, by Gauss-Jordan elimination in jnp.
-
-    lineax's LU calls LAPACK (``getrf``, ``trsm``) through jaxlib: on a 2 x 2
-    Jacobian the calls' fixed cost is most of a stiff step's, and calls from
-    two threads at once run no faster than from one. This one is a few XLA
-    ops (partial pivoting, unrolled over the rows). Only for square
-    operators on one array, and only for small ones: its cost grows as n^3
-    in unrolled ops.
-    """
-
-    def init(self, operator: lx.AbstractLinearOperator, options: dict):
-        del options
-        structure = operator.in_structure()
-        if structure != operator.out_structure() or not hasattr(structure, "shape"):
-            raise ValueError("SmallDenseSolver solves square systems on one array")
-        return small_inverse(operator.as_matrix())
-
-    def compute(self, state, vector, options):
-        del options
-        solution = (state @ jnp.ravel(vector)).reshape(jnp.shape(vector))
-        return solution, lx.RESULTS.successful, {}
-
-    def transpose(self, state, options):
-        return state.T, {}
-
-    def conj(self, state, options):
-        return state.conj(), {}
-
-    def assume_full_rank(self) -> bool:
-        return True
-
-
-def small_inverse(matrix):
-    """The inverse of a small square ``matrix`` (Gauss-Jordan, partial pivoting)."""
-    n = matrix.shape[0]
-    augmented = jnp.concatenate([matrix, jnp.eye(n, dtype=matrix.dtype)], axis=1)
-    rows = jnp.arange(n)
-    for k in range(n):
-        pivot = k + jnp.argmax(jnp.abs(augmented[k:, k]))
-        augmented = augmented[
-            jnp.where(rows == k, pivot, jnp.where(rows == pivot, k, rows))
-        ]
-        augmented = augmented.at[k].divide(augmented[k, k])
-        factors = augmented[:, k].at[k].set(0.0)
-        augmented = augmented - jnp.outer(factors, augmented[k])
-    return augmented[:, n:]
-
-
-@contextlib.contextmanager
-def root_find_linear_solver(linear_solver: lx.AbstractLinearSolver) -> Iterator[None]:
-    """Differentiate the root finds traced in this block with ``linear_solver``.
-
-    A stiff solver's Newton steps take the root finder's linear solver, but
-    diffrax 0.7 calls ``optimistix.root_find`` without an adjoint, so the
-    derivative of every root find is optimistix's default,
-    ``ImplicitAdjoint(AutoLinearSolver(well_posed=None))``: lineax's LU, one
-    LAPACK ``getrf`` per step, whatever the Newton steps use. Until diffrax
-    lets a model choose it, this block swaps ``optimistix.root_find`` (which
-    diffrax looks up at every call) for one with
-    ``ImplicitAdjoint(linear_solver)``: the same derivative, solved the same
-    way as the Newton steps. Traces only: equinox's ``filter_jit`` inside
-    ``diffeqsolve`` keeps the first trace for a solver, so a solver must be
-    traced inside this block every time or never.
-    """
-    original = optx.root_find
-    adjoint = optx.ImplicitAdjoint(linear_solver=linear_solver)
-
-    def root_find_with_adjoint(*args, **kwargs):
-        kwargs.setdefault("adjoint", adjoint)
-        return original(*args, **kwargs)
-
-    optx.root_find = root_find_with_adjoint
-    try:
-        yield
-    finally:
-        optx.root_find = original
-
-
-def solve(theta, adjoint=None, linear_solver=None):
+def solve(theta, adjoint=None):
     """Concentrations at :data:`TIMES` for ``theta = (ka, V, Vmax, Km)``.
 
-    ``linear_solver`` (default: lineax's LU) solves the Newton steps of the
-    stiff solver and their derivative (:func:`root_find_linear_solver`).
+    ``diffrax.Kvaerno5()`` as a user writes it: its Newton steps (and their
+    derivative) solve the 2 x 2 systems with lineax's LU, which this package
+    lowers without LAPACK (:mod:`pytensor.compile.jax_ofg_small_linalg`).
     """
-    if linear_solver is not None:
-        with root_find_linear_solver(linear_solver):
-            return _solve(theta, adjoint, linear_solver)
-    return _solve(theta, adjoint, None)
-
-
-def _solve(theta, adjoint, linear_solver):
-    root_finder = diffrax.with_stepsize_controller_tols(diffrax.VeryChord)(
-        **({} if linear_solver is None else {"linear_solver": linear_solver})
-    )
     solution = diffrax.diffeqsolve(
         diffrax.ODETerm(_rhs),
-        diffrax.Kvaerno5(root_finder=root_finder),
+        diffrax.Kvaerno5(),
         t0=0.0,
         t1=float(TIMES[-1]),
         dt0=0.01,
@@ -167,11 +74,6 @@ def _solve(theta, adjoint, linear_solver):
 def solve_forward_mode(theta):
     """:func:`solve` with ``adjoint=diffrax.ForwardMode()`` (forward mode only)."""
     return solve(theta, diffrax.ForwardMode())
-
-
-def solve_forward_mode_dense(theta):
-    """:func:`solve_forward_mode`, its Newton steps solved by :class:`SmallDenseSolver`."""
-    return solve(theta, diffrax.ForwardMode(), SmallDenseSolver())
 
 
 def simulated_data(seed: int = 1) -> np.ndarray:

@@ -8,13 +8,10 @@ Two of posteriordb's kind of small ODE posteriors:
 * ``lv_draws``: the same, nutpie's mass matrix adapted from the draws' variances
   alone (``adaptation="draw_diag"``, Stan's rule) instead of its default from
   draws and gradients, which leaves a chain stuck in about half the fits;
-* ``pk``: the stiff PK model of :mod:`_pk_model` (``Kvaerno5``; forward-mode
-  gradients, as ``benchmarks/forward_mode.py``'s ``ours_forward``; 5 parameters);
-* ``pk_dense``: the same model, its Newton steps and their derivative solved
-  by :class:`_pk_model.SmallDenseSolver` in a few XLA ops instead of LAPACK
-  calls (the same numbers: the same posterior, the same Stan program), and
-  nutpie's ``target_accept=0.9`` (its default 0.8 diverges 3-30 times a fit
-  where Stan's 0.8 diverges 0-2 times, and gave R-hat 1.016 once).
+* ``pk``: the stiff PK model of :mod:`_pk_model` (``diffrax.Kvaerno5()`` as a
+  user writes it, its 2 x 2 Newton systems solved by lineax's LU, which this
+  package lowers without LAPACK; forward-mode gradients, as
+  ``benchmarks/forward_mode.py``'s ``ours_forward``; 5 parameters).
 
 Every measurement runs in a fresh process (``--child``), sharing one set of
 caches per model and route that a first, untimed process fills. Rounds are
@@ -104,14 +101,11 @@ from _processes import (  # noqa: E402
 from _timing import median  # noqa: E402
 
 
-MODELS = ("lv", "lv_draws", "pk", "pk_dense")
+MODELS = ("lv", "lv_draws", "pk")
 #: Models whose Stan program is another's: their fits are compared with its.
-SAME_STAN_PROGRAM = {"lv_draws": "lv", "pk_dense": "pk"}
+SAME_STAN_PROGRAM = {"lv_draws": "lv"}
 #: nutpie's settings where a model's are not nutpie's defaults (chains and fits).
-NUTPIE_SETTINGS = {
-    "lv_draws": {"adaptation": "draw_diag"},
-    "pk_dense": {"target_accept": 0.9},
-}
+NUTPIE_SETTINGS = {"lv_draws": {"adaptation": "draw_diag"}}
 #: Warm-up and draws of each chain in the ``chains`` measurement.
 CHAIN_LENGTH = 1000
 #: Routes whose processes compile what one process of ``ours`` does: they
@@ -176,8 +170,7 @@ def pymc_model(name: str):
 
     from pytensor.compile.jax_ofg import as_jax_op
 
-    solve = pk.solve_forward_mode_dense if name == "pk_dense" else pk.solve_forward_mode
-    return pk.build_model(as_jax_op(solve, name="pk_solve")), None
+    return pk.build_model(as_jax_op(pk.solve_forward_mode, name="pk_solve")), None
 
 
 def stan_program(name: str) -> tuple[str, dict, list[str]]:
@@ -1061,7 +1054,7 @@ def report(runs: dict[str, list[dict]], settings) -> str:
                 [what, f"{one * 1e6:.0f}", f"{two * 1e6:.0f}", f"{one / two:.2f}"]
             )
         lines += section(
-            "Pure JAX from two threads (no model, no nutpie): why `pk`'s chains do not run in parallel",
+            "Pure JAX with LAPACK, from two threads (no model, no nutpie, not this package's lowering): why `pk`'s chains did not run in parallel with LAPACK",
             [
                 "a jitted loop of",
                 "µs per call, 1 thread",

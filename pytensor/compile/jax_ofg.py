@@ -30,6 +30,7 @@ from pytensor.compile import (
     jax_ofg_fork_guard,
     jax_ofg_nutpie,
     jax_ofg_pymc,
+    jax_ofg_small_linalg,
     jax_ofg_trace_cache,
     jax_ofg_trace_watch,
     jax_ofg_xla_cache,
@@ -101,7 +102,12 @@ def install() -> None:
     1. **JAX float64**: ``jax_enable_x64`` on. PyTensor types carry explicit
        dtypes; without x64, JAX would silently turn float64 into float32 and
        int64 into int32.
-    2. **Linkers**: the JAX lowering of :class:`OpFromJax` (``jax_funcify``),
+    2. **Small dense linear algebra**: LU, triangular solves and Cholesky of
+       square matrices up to ``jax_ofg__small_linalg_max_size`` rows are
+       lowered for the CPU as unrolled XLA operations instead of LAPACK
+       calls, in every JAX program of the process
+       (:mod:`~pytensor.compile.jax_ofg_small_linalg`).
+    3. **Linkers**: the JAX lowering of :class:`OpFromJax` (``jax_funcify``),
        registered when PyTensor's JAX backend is first imported -- it takes
        about a second, and a process whose programs the trace cache serves
        never needs it (:mod:`~pytensor.compile.jax_ofg_import_hooks`); the
@@ -109,28 +115,28 @@ def install() -> None:
        (``numba_funcify`` with cache keys), whose compiled bodies live in a
        module put in ``sys.modules``; a graph that is one such op runs its
        host function from a Python thunk instead of a Numba function.
-    3. **Graphs**: ``vectorize_graph`` of an :class:`OpFromJax` is a
+    4. **Graphs**: ``vectorize_graph`` of an :class:`OpFromJax` is a
        ``jax.vmap`` (``_vectorize_node``); a :class:`SymbolicCallable` used as
        a tensor is a clear error (``as_tensor_variable``).
-    4. **Rewrites** in ``optdb`` (see each module): ``jax_ofg_vmap_blockwise``
+    5. **Rewrites** in ``optdb`` (see each module): ``jax_ofg_vmap_blockwise``
        (0.95), ``jax_ofg_prune_pullback_inputs`` (48.4),
        ``jax_ofg_fuse_value_and_vjp`` (48.5), ``jax_islands`` (48.95),
        ``jax_ofg_bake_constant_inputs`` (48.97), ``jax_ofg_readonly_outputs``
        (150).
-    5. **Processes**: at-fork handlers that make a process forked after JAX
+    6. **Processes**: at-fork handlers that make a process forked after JAX
        started refuse to run JAX (instead of deadlocking); PyMC's choice of
        start method for models holding JAX ops; the fork check of functions
        compiled with ``mode="JAX"``; nutpie's Numba backend calls a model
        holding JAX ops through host callbacks, not a ``numba.cfunc`` it
        would compile in every process (:mod:`~pytensor.compile.jax_ofg_nutpie`).
-    6. **Start-up**: the PyTensor flags ``jax_ofg__xla_cache`` (JAX's
+    7. **Start-up**: the PyTensor flags ``jax_ofg__xla_cache`` (JAX's
        persistent compilation cache under PyTensor's ``compiledir``) and
        ``jax_ofg__trace_cache`` (traces kept in memory and on disk, next to
        it: :mod:`~pytensor.compile.jax_ofg_trace_cache`); an audit hook
        that watched traces see (:mod:`~pytensor.compile.jax_ofg_trace_watch`),
        and the installed distributions as the process starts (part of every
        key).
-    7. **Errors**: JAX's log of a failed callback is dropped when the error
+    8. **Errors**: JAX's log of a failed callback is dropped when the error
        comes out of one of our calls, which names the function itself
        (:class:`~pytensor.compile.jax_ofg_errors.MuteCallbackLogs`).
 
@@ -143,6 +149,8 @@ def install() -> None:
         _installed = True
 
         jax.config.update("jax_enable_x64", True)
+        jax_ofg_small_linalg.add_config_flag()
+        jax_ofg_small_linalg.lower_small_linalg()
 
         after_import(JAX_BACKEND, _register_jax_lowering)
         register_funcify_and_cache_key(JaxHostOp)(

@@ -45,6 +45,11 @@ ENTRIES: dict[str, str] = {
     "equinox's generated pytree functions (<generated_...>)": "watching traces",
     "nutpie.compile_pymc (_compile_pymc_model_numba, _make_functions, "
     "make_user_data, _prepare_dims_and_coords, CompiledPyMCModel)": "host callbacks",
+    "jax._src.interpreters.mlir (_platform_specific_lowerings, _lowerings, "
+    "register_lowering, lower_fun); jax._src.lax.linalg (lu_p, "
+    "lu_pivots_to_permutation_p, triangular_solve_p, cholesky_p)": (
+        "small dense linear algebra without LAPACK"
+    ),
     # The fingerprints' use of jax.jit's options.
     "JitInfo fields fun_sourceinfo, fun_signature": "jit options without locations",
 }
@@ -141,6 +146,47 @@ def equinox_implementation(primitive: Any) -> Callable | None:
     ):
         return primitive.impl
     return None
+
+
+#: The linear-algebra primitives whose CPU lowering :func:`wrap_cpu_lowering`
+#: may wrap, by name.
+LINALG_PRIMITIVES = ("lu", "lu_pivots_to_permutation", "triangular_solve", "cholesky")
+
+
+def lower_function(fn: Callable, *, multiple_results: bool) -> Callable:
+    """JAX's lowering rule that lowers ``fn`` (JAX code) in place of a primitive."""
+    from jax._src.interpreters import mlir
+
+    return mlir.lower_fun(fn, multiple_results=multiple_results)
+
+
+def wrap_cpu_lowering(name: str, rule: Callable) -> bool:
+    """Make ``rule(original, ctx, *args, **params)`` the CPU lowering of ``name``.
+
+    ``name`` is one of :data:`LINALG_PRIMITIVES`; ``original`` is the rule JAX
+    registered for the CPU, or for every platform where it has none. Done once per primitive (calling again does nothing). Returns
+    False, changing nothing, when the primitive or its CPU rule has moved.
+    """
+    from jax._src.interpreters import mlir
+    from jax._src.lax import linalg
+
+    primitive = getattr(linalg, f"{name}_p", None)
+    lowerings = getattr(mlir, "_platform_specific_lowerings", None)
+    if primitive is None or lowerings is None or name not in LINALG_PRIMITIVES:
+        return False
+    entry = lowerings["cpu"].get(primitive) or mlir._lowerings.get(primitive)
+    if entry is None:
+        return False
+    if getattr(entry.rule, "_jax_ofg_wraps", None) is not None:
+        return True
+    original = entry.rule
+
+    def wrapped(ctx: Any, *args: Any, **params: Any) -> Any:
+        return rule(original, ctx, *args, **params)
+
+    wrapped._jax_ofg_wraps = original
+    mlir.register_lowering(primitive, wrapped, platform="cpu", inline=entry.inline)
+    return True
 
 
 # ------------------------------------------------------------------- PyTensor

@@ -23,6 +23,7 @@ from pytensor.compile.jax_ofg_fingerprints import digest
 
 
 __all__ = [
+    "KEYED_OWN_FLAGS",
     "UNKEYED_FLAGS",
     "describe_environment",
     "environment_fingerprint",
@@ -38,7 +39,7 @@ __all__ = [
 #: it compiles (a trace made then would have another key than the same trace
 #: made outside); and those whose default probes the machine for C
 #: compilation (reading them for a key would run the probe). This package's
-#: own flags (``jax_ofg__*``) neither.
+#: own flags (``jax_ofg__*``) neither, except those in :data:`KEYED_OWN_FLAGS`.
 UNKEYED_FLAGS = frozenset(
     {
         "compiledir",
@@ -52,6 +53,10 @@ UNKEYED_FLAGS = frozenset(
         *compat.probed_flags(),
     }
 )
+
+
+#: This package's flags that change the programs it lowers: part of every key.
+KEYED_OWN_FLAGS = frozenset({"jax_ofg__small_linalg_max_size"})
 
 
 #: JAX options that differ between runs for reasons that do not change a
@@ -261,7 +266,8 @@ def _pytensor_flags() -> list[str]:
     return [
         f"{name}={value!r}"
         for name, value in compat.pytensor_flags()
-        if name not in UNKEYED_FLAGS and not name.startswith("jax_ofg__")
+        if name not in UNKEYED_FLAGS
+        and (not name.startswith("jax_ofg__") or name in KEYED_OWN_FLAGS)
     ]
 
 

@@ -433,6 +433,31 @@ def _check_jit_options() -> None:
     )
 
 
+def _check_linalg_lowerings() -> None:
+    import re
+
+    import numpy as np
+
+    from pytensor.compile import jax_ofg_small_linalg as small_linalg
+
+    # install() wrapped each CPU rule: a 2 x 2 LU solve lowers without LAPACK,
+    # and the wrapped (original) rules still give LAPACK's programs.
+    a = np.array([[1e-3, 2.0], [3.0, 4.0]])
+    text = jax.jit(jax.numpy.linalg.solve).lower(a, a[0]).as_text()
+    with small_linalg.max_size_set_to(0):
+        original = jax.jit(jax.numpy.linalg.solve).lower(a, a[0]).as_text()
+    _require(
+        all(compat.wrap_cpu_lowering(n, None) for n in compat.LINALG_PRIMITIVES)
+        and not re.search("lapack_", text)
+        and {"lapack_dgetrf_ffi", "lapack_dtrsm_ffi"}
+        <= set(re.findall(r"lapack_\w+", original)),
+        "jax._src.interpreters.mlir (_platform_specific_lowerings, _lowerings, "
+        "register_lowering, lower_fun); jax._src.lax.linalg (lu_p, "
+        "lu_pivots_to_permutation_p, triangular_solve_p, cholesky_p)",
+        "JAX's linear-algebra primitives or their CPU lowerings moved",
+    )
+
+
 #: The check of each entry of ``jax_ofg_compat.ENTRIES``.
 CHECKS = {
     "jax._src.tree_util._registry": _check_pytree_registry,
@@ -458,6 +483,9 @@ CHECKS = {
     "equinox's generated pytree functions (<generated_...>)": _check_equinox_generated_files,
     "nutpie.compile_pymc (_compile_pymc_model_numba, _make_functions, "
     "make_user_data, _prepare_dims_and_coords, CompiledPyMCModel)": _check_nutpie_numba_api,
+    "jax._src.interpreters.mlir (_platform_specific_lowerings, _lowerings, "
+    "register_lowering, lower_fun); jax._src.lax.linalg (lu_p, "
+    "lu_pivots_to_permutation_p, triangular_solve_p, cholesky_p)": _check_linalg_lowerings,
     # The fingerprints' use of jax.jit's options.
     "JitInfo fields fun_sourceinfo, fun_signature": _check_jit_options,
 }
