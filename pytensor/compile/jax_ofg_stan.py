@@ -13,7 +13,9 @@ choice.
     whole solve.
 :func:`stan_initvals`
     Starting points as Stan draws them: each unconstrained coordinate uniform
-    in (-2, 2), one dict per chain, for ``pm.sample(initvals=...)``.
+    in (-2, 2), drawn again while the log-density or its gradient is not
+    finite (up to 100 times), one dict per chain, for
+    ``pm.sample(initvals=...)``.
 
 diffrax and PyMC (the ``examples`` extra) are imported by the functions that
 need them, so importing this module (and the facade) needs neither.
@@ -25,9 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import pytensor.tensor as pt
+
 
 __all__ = [
     "CHECKPOINTS",
+    "INIT_ATTEMPTS",
     "STAN_ODE_FUNCTIONS",
     "StanODE",
     "diffrax_settings",
@@ -174,27 +179,144 @@ def diffrax_settings(
     }
 
 
-def stan_initvals(model, chains: int, seed: int = 0, radius: float = 2.0) -> list[dict]:
-    """Stan's starting points: every unconstrained coordinate uniform in (-radius, radius).
+#: Draws per chain before :func:`stan_initvals` gives up, as Stan does.
+INIT_ATTEMPTS = 100
 
-    Returns one dict per chain, keyed by the model's free variables, with the
-    values on the constrained scale (as ``pm.sample(initvals=...)`` takes
-    them). Stan draws its inits this way (``init=2``); numpyro's
-    ``init_to_uniform(radius=2)`` is the same rule.
+
+def stan_initvals(
+    model, chains: int, seed=0, radius: float = 2.0, *, attempts: int = INIT_ATTEMPTS
+) -> list[dict[str, np.ndarray]]:
+    """Starting points as Stan draws them: uniform in (-radius, radius), unconstrained.
+
+    For each chain, every coordinate of the model's free variables on the
+    unconstrained scale (the scale the samplers move on: ``log(sigma)`` for a
+    positive ``sigma``) is drawn uniformly in ``(-radius, radius)``, and drawn
+    again while the log-density or its gradient is not finite there, up to
+    ``attempts`` times -- Stan's rule (``init=2``; numpyro's
+    ``init_to_uniform(radius=2)`` draws the same way). The log-density and
+    its gradient are compiled once, with the model's other terms
+    (``pm.Potential``, :func:`stan_bound`).
+
+    Parameters
+    ----------
+    model : pymc.Model
+        A model whose free variables are all continuous (Stan has no discrete
+        parameters).
+    chains : int
+        The number of points, one per chain.
+    seed : int or numpy.random.SeedSequence, optional
+        Seeds the draws (:func:`numpy.random.default_rng`): the same seed gives
+        the same points.
+    radius : float, optional
+        Half-width of the interval, 2 in Stan.
+    attempts : int, optional
+        Draws per chain before giving up (:data:`INIT_ATTEMPTS`, 100 as in
+        Stan).
+
+    Returns
+    -------
+    list of dict
+        One dict per chain, keyed by the names of the free variables, with
+        values on the constrained scale, as ``pm.sample(initvals=...)`` takes
+        them. The log-density and its gradient are finite at every point.
+
+    Raises
+    ------
+    ValueError
+        When no draw of ``attempts`` for a chain gave a finite log-density and
+        gradient: the message names the model's free variables and the terms
+        that were not finite at the last draw. Or when the model has discrete
+        free variables.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pymc as pm
+    >>> from pytensor.compile.jax_ofg import stan_initvals
+    >>> with pm.Model() as model:
+    ...     sigma = pm.HalfNormal("sigma", sigma=1.0)
+    ...     p = pm.Beta("p", alpha=2.0, beta=2.0)
+    >>> points = stan_initvals(model, chains=4, seed=1)
+    >>> len(points), sorted(points[0])
+    (4, ['p', 'sigma'])
+    >>> all(np.exp(-2) < point["sigma"] < np.exp(2) for point in points)
+    True
+
+    ``pm.sample(initvals=points)`` starts each chain at its point (nutpie
+    takes one dict for all chains and jitters it: ``initvals=points[0]``).
     """
+    if chains < 1 or attempts < 1:
+        raise ValueError(
+            f"chains and attempts must be at least 1, got {chains} and {attempts}"
+        )
+    if not radius > 0:
+        raise ValueError(f"radius must be positive, got {radius}")
+    discrete = [v.name for v in model.discrete_value_vars]
+    if discrete:
+        raise ValueError(
+            "stan_initvals draws continuous parameters, as Stan has no other; "
+            f"discrete free variables: {', '.join(discrete)}"
+        )
+    free = list(model.free_RVs)
+    value_vars = [model.rvs_to_values[rv] for rv in free]
+    shapes = {name: np.shape(value) for name, value in model.initial_point().items()}
+    terms = [*model.basic_RVs, *model.potentials]
+    # One function, compiled once: the gradient, each term's log-density
+    # (their sum is the model's, Jacobians included) and the free variables
+    # on the constrained scale.
+    term_logps = [pt.sum(logp) for logp in model.logp(terms, sum=False)]
+    constrained = model.replace_rvs_by_values(free)
+    function = model.compile_fn(
+        [model.dlogp(), *term_logps, *constrained],
+        inputs=value_vars,
+        point_fn=False,
+        on_unused_input="ignore",
+    )
     rng = np.random.default_rng(seed)
     points = []
-    for _ in range(chains):
-        point = {}
-        for rv in model.free_RVs:
-            value_var = model.rvs_to_values[rv]
-            shape = tuple(model.initial_point()[value_var.name].shape)
-            unconstrained = rng.uniform(-radius, radius, size=shape)
-            transform = model.rvs_to_transforms.get(rv)
-            if transform is None:
-                point[rv.name] = unconstrained
-            else:
-                value = transform.backward(unconstrained, *rv.owner.inputs)
-                point[rv.name] = np.asarray(value.eval())
-        points.append(point)
+    for chain in range(chains):
+        for _ in range(attempts):
+            draw = [
+                rng.uniform(-radius, radius, size=shapes[v.name]).astype(v.dtype)
+                for v in value_vars
+            ]
+            gradient, *rest = function(*draw)
+            logps = np.array(rest[: len(terms)], dtype=float)
+            if np.isfinite(logps.sum()) and np.isfinite(gradient).all():
+                values = rest[len(terms) :]
+                points.append(
+                    {rv.name: np.array(v) for rv, v in zip(free, values, strict=True)}
+                )
+                break
+        else:
+            raise ValueError(
+                _no_start_message(model, chain, attempts, radius, terms, logps)
+            )
     return points
+
+
+def _no_start_message(model, chain, attempts, radius, terms, logps) -> str:
+    variables = []
+    for rv in model.free_RVs:
+        value_name = model.rvs_to_values[rv].name
+        variables.append(
+            rv.name if value_name == rv.name else f"{rv.name} (as {value_name})"
+        )
+    broken = [t.name for t, logp in zip(terms, logps, strict=True)]
+    broken = [
+        name for name, logp in zip(broken, logps, strict=True) if not np.isfinite(logp)
+    ]
+    where = (
+        f"at the last draw the log-density of {', '.join(broken)} was not finite"
+        if broken
+        else "at the last draw the gradient was not finite"
+    )
+    return (
+        f"stan_initvals found no starting point for chain {chain}: in {attempts} "
+        f"draws uniform in (-{radius:g}, {radius:g}) on the unconstrained scale "
+        "the log-density or its gradient was never finite "
+        f"({where}). The model's free variables: {', '.join(variables)}. Give "
+        "starting points of your own (initvals=..., e.g. each prior's median), "
+        "draw in a smaller radius, or check the model's bounds and potentials: "
+        "can they all hold at once?"
+    )

@@ -10,9 +10,11 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pymc as pm
 import pytest
 
-from pytensor.compile.jax_ofg import diffrax_settings
+import pytensor.tensor as pt
+from pytensor.compile.jax_ofg import as_jax_op, diffrax_settings, stan_initvals
 
 
 # Stan's documented defaults (Functions Reference; User's Guide, "Control
@@ -140,3 +142,107 @@ def test_rejects_a_solve_far_over_stans_budget(steps_per_interval):
     settings = diffrax_settings("ode_rk45_tol", 1e-8, 1e-8, budget, n_outputs=len(TS))
     solution = solve(settings, diffrax.SaveAt(ts=TS))
     assert solution.result == diffrax.RESULTS.max_steps_reached
+
+
+# -- Stan's starting points -------------------------------------------------------
+
+
+def test_stan_initvals_are_uniform_on_the_unconstrained_scale():
+    with pm.Model() as model:
+        pm.HalfNormal("sigma", sigma=1.0)
+        pm.Beta("p", alpha=2.0, beta=2.0)
+        pm.Normal("mu", mu=10.0, sigma=0.1, shape=3)
+    points = stan_initvals(model, chains=5, seed=3)
+    assert len(points) == 5
+    unconstrained = np.array(
+        [
+            [
+                np.log(point["sigma"]),
+                np.log(point["p"] / (1 - point["p"])),
+                *point["mu"],
+            ]
+            for point in points
+        ]
+    )
+    assert unconstrained.shape == (5, 5)
+    # PyMC's own start is far outside: mu at 10, not in (-2, 2)
+    assert (np.abs(unconstrained) < 2).all()
+    assert np.unique(unconstrained).size == unconstrained.size  # no two alike
+    again = stan_initvals(model, chains=5, seed=3)
+    np.testing.assert_array_equal(again[4]["mu"], points[4]["mu"])
+    other = stan_initvals(model, chains=5, seed=4)
+    assert not np.array_equal(other[4]["mu"], points[4]["mu"])
+    smaller = stan_initvals(model, chains=5, seed=3, radius=0.5)
+    assert all(np.abs(point["mu"]).max() < 0.5 for point in smaller)
+
+
+def _finite_at(model, points) -> list[bool]:
+    """Whether the model's log-density and gradient, compiled here, are finite."""
+    logp, dlogp = model.compile_logp(), model.compile_dlogp()
+    finite = []
+    for point in points:
+        unconstrained = {}
+        for rv in model.free_RVs:
+            value = np.asarray(point[rv.name])
+            transform = model.rvs_to_transforms[rv]
+            if transform is not None:
+                value = transform.forward(value, *rv.owner.inputs).eval()
+            unconstrained[model.rvs_to_values[rv].name] = value
+        finite.append(
+            bool(np.isfinite(logp(unconstrained)))
+            and bool(np.isfinite(dlogp(unconstrained)).all())
+        )
+    return finite
+
+
+def test_stan_initvals_draw_again_where_the_log_density_is_not_finite():
+    # finite only where both coordinates exceed 1: 1 draw in 16
+    with pm.Model() as model:
+        x = pm.Normal("x", mu=0.0, sigma=1.0, shape=2)
+        pm.Potential("corner", pt.switch(pt.all(x > 1), 0.0, -np.inf))
+    points = stan_initvals(model, chains=6, seed=0)
+    assert len(points) == 6
+    assert all((point["x"] > 1).all() and (point["x"] < 2).all() for point in points)
+    assert all(_finite_at(model, points))
+
+
+def test_stan_initvals_draw_again_where_the_gradient_is_not_finite():
+    # The log-density is finite everywhere, its gradient NaN where x < 0: JAX
+    # differentiates the branch jnp.where leaves unused too (0 * NaN).
+    @as_jax_op
+    def root(x):
+        return jnp.where(x < 0, 0.0, jnp.sqrt(x)).sum()
+
+    with pm.Model() as model:
+        x = pm.Normal("x", mu=0.0, sigma=1.0, shape=3)
+        pm.Potential("root", root(x))
+    below = {"x": np.array([-1.0, 0.5, 0.5])}
+    assert np.isfinite(model.compile_logp()(below))
+    assert not np.isfinite(model.compile_dlogp()(below)).all()
+    points = stan_initvals(model, chains=4, seed=0)
+    assert all((point["x"] > 0).all() for point in points)
+    assert all(_finite_at(model, points))
+
+
+def test_stan_initvals_name_the_variables_when_no_draw_is_finite():
+    with pm.Model() as model:
+        x = pm.Normal("x", mu=0.0, sigma=1.0)
+        pm.HalfNormal("scale", sigma=1.0)
+        pm.Potential("far_away", pt.switch(x > 5, 0.0, -np.inf))
+    with pytest.raises(ValueError) as error:
+        stan_initvals(model, chains=2, seed=0)
+    message = str(error.value)
+    assert "no starting point for chain 0: in 100 draws" in message
+    assert "(-2, 2) on the unconstrained scale" in message
+    assert "free variables: x, scale (as scale_log__)" in message
+    assert "the log-density of far_away was not finite" in message
+    assert "initvals=" in message
+    with pytest.raises(ValueError, match="in 7 draws uniform in"):
+        stan_initvals(model, chains=1, attempts=7)
+
+
+def test_stan_initvals_refuse_discrete_variables():
+    with pm.Model() as model:
+        pm.Poisson("n", mu=3.0)
+    with pytest.raises(ValueError, match="discrete free variables: n"):
+        stan_initvals(model, chains=1)
