@@ -16,6 +16,10 @@ choice.
     in (-2, 2), drawn again while the log-density or its gradient is not
     finite (up to 100 times), one dict per chain, for
     ``pm.sample(initvals=...)``.
+:func:`stan_bound`
+    Stan's bounds on computed quantities (``array[N, 4] real<lower=0> y``):
+    a ``pm.Potential`` that rejects a proposal breaking one (-inf) and is 0
+    elsewhere.
 
 diffrax and PyMC (the ``examples`` extra) are imported by the functions that
 need them, so importing this module (and the facade) needs neither.
@@ -36,6 +40,7 @@ __all__ = [
     "STAN_ODE_FUNCTIONS",
     "StanODE",
     "diffrax_settings",
+    "stan_bound",
     "stan_initvals",
 ]
 
@@ -293,6 +298,73 @@ def stan_initvals(
                 _no_start_message(model, chain, attempts, radius, terms, logps)
             )
     return points
+
+
+def stan_bound(name: str, value, lower=None, upper=None, *, model=None):
+    """Stan's bound on a computed quantity: a proposal that breaks it is rejected.
+
+    Stan checks the bounds declared on transformed parameters (``array[N, 4]
+    real<lower=0> y = ode_rk45(...);``) every time it evaluates the model, and
+    rejects a proposal where one does not hold. This adds the same to the
+    model in context: a ``pm.Potential`` named ``name`` that is -inf when any
+    element of ``value`` is below ``lower``, above ``upper`` or NaN, and 0
+    where every element holds. Where the bound holds, the log-density and its
+    gradient are those of the model without it (the potential is a constant
+    0 there, and its gradient 0 everywhere); :func:`stan_initvals` draws
+    again where it does not hold.
+
+    A potential, not a distribution or a transform: ``value`` is computed
+    from the parameters, not a parameter, so a bound on it is a constraint
+    on the model (no Jacobian, no change of variables), and not a clip, which
+    would change the model where the bound breaks instead of rejecting it.
+
+    Parameters
+    ----------
+    name : str
+        The potential's name (in ``model.potentials``).
+    value : TensorVariable or array_like
+        The computed quantity: an ODE solution, a transformed parameter.
+    lower, upper : float or array_like, optional
+        The bounds, inclusive as Stan's (``y >= lower``, ``y <= upper``);
+        broadcast against ``value``. At least one.
+    model : pymc.Model, optional
+        The model to add the potential to; the model in context by default.
+
+    Returns
+    -------
+    TensorVariable
+        ``value``, unchanged, so that a port reads like Stan's declaration:
+        ``y = stan_bound("y_nonnegative", solve(...), lower=0)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pymc as pm
+    >>> from pytensor.compile.jax_ofg import stan_bound
+    >>> with pm.Model() as model:
+    ...     k = pm.Normal("k", mu=0.5, sigma=1.0)
+    ...     y = stan_bound("y_nonnegative", 1.0 - k * np.arange(3.0), lower=0)
+    >>> logp = model.compile_logp()
+    >>> prior = pm.logp(pm.Normal.dist(mu=0.5, sigma=1.0), 0.5).eval()
+    >>> bool(np.isclose(logp({"k": 0.5}), prior))  # 1 - 0.5 * 2 >= 0: holds
+    True
+    >>> float(logp({"k": 0.6}))  # 1 - 0.6 * 2 < 0: rejected
+    -inf
+    """
+    import pymc as pm
+
+    if lower is None and upper is None:
+        raise ValueError(f"stan_bound {name!r}: give lower, upper or both")
+    value = pt.as_tensor_variable(value)
+    # A comparison with NaN is false: NaN (a failed solve) breaks every bound.
+    checks = []
+    if lower is not None:
+        checks.append(pt.all(pt.ge(value, lower)))
+    if upper is not None:
+        checks.append(pt.all(pt.le(value, upper)))
+    holds = checks[0] if len(checks) == 1 else pt.and_(*checks)
+    pm.Potential(name, pt.switch(holds, 0.0, -np.inf), model=model)
+    return value
 
 
 def _no_start_message(model, chain, attempts, radius, terms, logps) -> str:

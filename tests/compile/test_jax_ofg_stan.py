@@ -14,7 +14,12 @@ import pymc as pm
 import pytest
 
 import pytensor.tensor as pt
-from pytensor.compile.jax_ofg import as_jax_op, diffrax_settings, stan_initvals
+from pytensor.compile.jax_ofg import (
+    as_jax_op,
+    diffrax_settings,
+    stan_bound,
+    stan_initvals,
+)
 
 
 # Stan's documented defaults (Functions Reference; User's Guide, "Control
@@ -246,3 +251,72 @@ def test_stan_initvals_refuse_discrete_variables():
         pm.Poisson("n", mu=3.0)
     with pytest.raises(ValueError, match="discrete free variables: n"):
         stan_initvals(model, chains=1)
+
+
+# -- Stan's bounds on computed quantities ----------------------------------------
+
+DECAY_TS = np.array([0.0, 1.0, 2.0, 4.0])
+
+
+@as_jax_op
+def linear_decline(y0, k):
+    """y0 - k t: below 0 at the last time once k > y0 / 4."""
+    return y0 - k * jnp.asarray(DECAY_TS)
+
+
+def decline_model(bound: bool, **bounds):
+    with pm.Model() as model:
+        k = pm.HalfNormal("k", sigma=1.0)
+        y0 = pm.Normal("y0", mu=2.0, sigma=0.5)
+        y = linear_decline(y0, k)
+        if bound:
+            returned = stan_bound("y_bounds", y, **bounds)
+            assert returned is y
+        pm.Normal("obs", mu=y, sigma=0.3, observed=[2.0, 1.6, 1.1, 0.2])
+    return model
+
+
+def test_stan_bound_rejects_a_proposal_that_breaks_it():
+    bounded = decline_model(True, lower=0.0)
+    free = decline_model(False)
+    logp, dlogp = bounded.compile_logp(), bounded.compile_dlogp()
+    logp_free, dlogp_free = free.compile_logp(), free.compile_dlogp()
+    # k = 0.45: y = 2 - 0.45 * 4 = 0.2 >= 0 holds; the same log-density and
+    # gradient as without the bound
+    holds = {"k_log__": np.log(0.45), "y0": 2.0}
+    assert np.isfinite(logp(holds))
+    assert logp(holds) == logp_free(holds)
+    np.testing.assert_array_equal(dlogp(holds), dlogp_free(holds))
+    # k = 0.55: y(4) = -0.2 < 0: rejected, where the model without the bound
+    # is finite
+    breaks = {"k_log__": np.log(0.55), "y0": 2.0}
+    assert np.isfinite(logp_free(breaks))
+    assert logp(breaks) == -np.inf
+    # the potential's gradient is 0 even there: no NaN enters the gradient
+    np.testing.assert_array_equal(dlogp(breaks), dlogp_free(breaks))
+
+
+def test_stan_bound_upper_lower_and_nan():
+    with pm.Model() as model:
+        x = pm.Normal("x", mu=0.0, sigma=1.0, shape=2)
+        stan_bound("between", x, lower=[-1.0, 0.0], upper=1.0)
+        stan_bound("not_nan", pt.log(x[1]), upper=np.inf)
+    logp = model.compile_logp(vars=model.potentials)
+    assert logp({"x": np.array([-1.0, 0.5])}) == 0.0  # inclusive, as Stan's
+    assert logp({"x": np.array([-1.5, 0.5])}) == -np.inf  # x[0] < -1
+    assert logp({"x": np.array([0.0, 1.5])}) == -np.inf  # x[1] > 1
+    # x[1] = -0.5: below its lower bound 0, and log(-0.5) is NaN
+    assert logp({"x": np.array([0.0, -0.5])}) == -np.inf
+    nan_only = model.compile_logp(vars=model.potentials[1:])
+    assert nan_only({"x": np.array([5.0, -0.5])}) == -np.inf
+    assert nan_only({"x": np.array([5.0, 0.5])}) == 0.0
+    with pytest.raises(ValueError, match="stan_bound 'y': give lower, upper or both"):
+        stan_bound("y", x, model=model)
+
+
+def test_stan_initvals_respect_a_stan_bound():
+    model = decline_model(True, lower=0.0)
+    points = stan_initvals(model, chains=8, seed=0)
+    # half-normal k: exp(U(-2, 2)) in (0.14, 7.4); y0 in (-2, 2)
+    assert all((point["y0"] - point["k"] * DECAY_TS >= 0).all() for point in points)
+    assert all(_finite_at(model, points))
