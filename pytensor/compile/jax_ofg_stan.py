@@ -121,19 +121,23 @@ def diffrax_settings(
 
     Parameters
     ----------
-    stan_function
-        A key of :data:`STAN_ODE_FUNCTIONS`: ``"ode_rk45"``,
-        ``"integrate_ode_bdf"``, ``"ode_bdf_tol"``, ...
-    rtol, atol, max_num_steps
-        Stan's control arguments; ``None`` takes the function's default
-        (required for the ``_tol`` variants, as in Stan).
-    n_outputs
+    stan_function : str
+        The name of Stan's function, a key of :data:`STAN_ODE_FUNCTIONS`:
+        ``"ode_rk45"``, ``"ode_ckrk"``, ``"ode_adams"``, ``"ode_bdf"``, their
+        ``_tol`` forms, ``"integrate_ode_rk45"``, ``"integrate_ode_adams"``,
+        ``"integrate_ode_bdf"``.
+    rtol, atol, max_num_steps : float, float, int, optional
+        Stan's control arguments, positive; ``None`` takes the function's
+        default (required for the ``_tol`` forms, as in Stan). ``atol`` may
+        be an array, one tolerance per state (diffrax takes that too).
+    n_outputs : int
         The number of output times (``size(ts)`` in Stan): Stan's budget is
         ``max_num_steps`` steps between consecutive output times (and from
         ``t0`` to the first), so ``n_outputs`` of them in all.
-    checkpoints
-        Checkpoints of the reverse pass (:data:`CHECKPOINTS`); ``None`` keeps
-        diffrax's default, sized from ``max_steps``.
+    checkpoints : int or None, optional
+        Checkpoints of the reverse pass (:data:`CHECKPOINTS`, 1000); ``None``
+        keeps diffrax's default, about ``sqrt(2 * max_steps)`` of them, which
+        with a Stan-sized budget makes every gradient slower and larger.
 
     Returns
     -------
@@ -152,6 +156,30 @@ def diffrax_settings(
     needs more than twice Stan's budget in every interval is rejected by both.
     (With a total budget, a solve that spends more than ``max_num_steps`` in one
     interval and few in the others is accepted here and rejected by Stan.)
+
+    Stan's ``ode_adjoint_tol_ctl`` (CVODES' adjoint method, with tolerances
+    for each of its phases) has no counterpart here: port it as
+    ``ode_bdf_tol`` (or ``ode_adams_tol``) with its forward tolerances.
+
+    Examples
+    --------
+    Stan's ``ode_rk45(f, y0, t0, ts, ...)``, with its defaults:
+
+    >>> import diffrax
+    >>> import jax.numpy as jnp
+    >>> from pytensor.compile.jax_ofg import diffrax_settings
+    >>> ts = jnp.array([1.0, 2.0, 3.0, 4.0])
+    >>> settings = diffrax_settings("ode_rk45", n_outputs=len(ts))
+    >>> type(settings["solver"]).__name__, settings["dt0"]
+    ('Dopri5', 0.1)
+    >>> settings["max_steps"] == 2 * 10**6 * len(ts)  # 1e6 steps per interval
+    True
+    >>> solution = diffrax.diffeqsolve(
+    ...     diffrax.ODETerm(lambda t, y, args: -y), t0=0.0, t1=ts[-1], y0=1.0,
+    ...     saveat=diffrax.SaveAt(ts=ts), **settings,
+    ... )
+    >>> bool(jnp.allclose(solution.ys, jnp.exp(-ts), atol=1e-5))
+    True
     """
     import diffrax
 
@@ -159,8 +187,14 @@ def diffrax_settings(
         spec = STAN_ODE_FUNCTIONS[stan_function]
     except KeyError:
         known = ", ".join(STAN_ODE_FUNCTIONS)
+        hint = (
+            " (CVODES' adjoint method has no counterpart here: port it as "
+            "ode_bdf_tol or ode_adams_tol with its forward tolerances)"
+            if stan_function == "ode_adjoint_tol_ctl"
+            else ""
+        )
         raise ValueError(
-            f"unknown Stan ODE function {stan_function!r}; one of {known}"
+            f"unknown Stan ODE function {stan_function!r}{hint}; one of {known}"
         ) from None
     given = {"rtol": rtol, "atol": atol, "max_num_steps": max_num_steps}
     settings = {
@@ -170,6 +204,10 @@ def diffrax_settings(
     missing = [name for name, value in settings.items() if value is None]
     if missing:
         raise ValueError(f"{stan_function} has no default for {', '.join(missing)}")
+    for name, value in settings.items():
+        # numbers only: a traced or array atol is diffrax's to check
+        if isinstance(value, int | float) and not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")
     if n_outputs < 1:
         raise ValueError(f"n_outputs must be at least 1, got {n_outputs}")
     adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=checkpoints)

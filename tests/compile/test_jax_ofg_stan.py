@@ -64,10 +64,50 @@ def test_tol_variants_take_the_arguments():
     assert settings["dt0"] is None  # CVODES picks its first step; so does diffrax
     with pytest.raises(ValueError, match="no default for rtol, atol, max_num_steps"):
         diffrax_settings("ode_rk45_tol", n_outputs=4)
-    with pytest.raises(ValueError, match="unknown Stan ODE function 'ode_rk4'"):
-        diffrax_settings("ode_rk4", n_outputs=4)
     with pytest.raises(ValueError, match="n_outputs"):
         diffrax_settings("ode_rk45", n_outputs=0)
+    with pytest.raises(ValueError, match="rtol must be positive, got 0"):
+        diffrax_settings("ode_rk45_tol", 0.0, 1e-6, 100, n_outputs=4)
+    with pytest.raises(ValueError, match="max_num_steps must be positive, got -1"):
+        diffrax_settings("ode_bdf", max_num_steps=-1, n_outputs=4)
+
+
+#: Every ODE function of Stan's Functions Reference (Stan 2.24 and later, and
+#: the deprecated integrate_ode_* ones), but the adjoint method.
+STAN_FUNCTIONS = [
+    "ode_rk45",
+    "ode_rk45_tol",
+    "ode_ckrk",
+    "ode_ckrk_tol",
+    "ode_adams",
+    "ode_adams_tol",
+    "ode_bdf",
+    "ode_bdf_tol",
+    "integrate_ode_rk45",
+    "integrate_ode_adams",
+    "integrate_ode_bdf",
+]
+
+
+@pytest.mark.parametrize("name", [n for n in STAN_FUNCTIONS if n.endswith("_tol")])
+def test_tol_forms_solve_as_their_function(name):
+    """Each _tol form: its function's integrator, the settings given."""
+    settings = diffrax_settings(name, 1e-5, 1e-7, 300, n_outputs=5)
+    base = diffrax_settings(name.removesuffix("_tol"), n_outputs=5)
+    assert type(settings["solver"]) is type(base["solver"])
+    assert settings["dt0"] == base["dt0"]
+    controller = settings["stepsize_controller"]
+    assert (controller.rtol, controller.atol) == (1e-5, 1e-7)
+    assert settings["max_steps"] >= 300 * 5
+
+
+def test_unknown_function_lists_the_known_ones():
+    with pytest.raises(ValueError, match="unknown Stan ODE function 'ode_rk4'") as e:
+        diffrax_settings("ode_rk4", n_outputs=4)
+    known = str(e.value).split("; one of ")[1]
+    assert sorted(known.split(", ")) == sorted(STAN_FUNCTIONS)
+    with pytest.raises(ValueError, match="port it as ode_bdf_tol or ode_adams_tol"):
+        diffrax_settings("ode_adjoint_tol_ctl", n_outputs=4)
 
 
 def test_checkpoints_do_not_follow_the_budget():
