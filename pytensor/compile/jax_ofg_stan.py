@@ -181,7 +181,10 @@ def diffrax_settings(
     >>> bool(jnp.allclose(solution.ys, jnp.exp(-ts), atol=1e-5))
     True
     """
-    import diffrax
+    try:
+        import diffrax
+    except ImportError as error:
+        raise ImportError(_needs("diffrax_settings", "diffrax")) from error
 
     try:
         spec = STAN_ODE_FUNCTIONS[stan_function]
@@ -220,6 +223,13 @@ def diffrax_settings(
         "max_steps": 2 * int(settings["max_num_steps"]) * int(n_outputs),
         "adjoint": adjoint,
     }
+
+
+def _needs(function: str, package: str) -> str:
+    return (
+        f"{function} needs {package}, which is not installed: it comes with "
+        "the examples extra, `pip install 'pytensor-jax-ofg[examples]'`"
+    )
 
 
 #: Draws per chain before :func:`stan_initvals` gives up, as Stan does.
@@ -389,7 +399,10 @@ def stan_bound(name: str, value, lower=None, upper=None, *, model=None):
     >>> float(logp({"k": 0.6}))  # 1 - 0.6 * 2 < 0: rejected
     -inf
     """
-    import pymc as pm
+    try:
+        import pymc as pm
+    except ImportError as error:
+        raise ImportError(_needs("stan_bound", "pymc")) from error
 
     if lower is None and upper is None:
         raise ValueError(f"stan_bound {name!r}: give lower, upper or both")

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pymc as pm
 import pytest
+from _fresh_process import run_script
 
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import (
@@ -360,3 +361,37 @@ def test_stan_initvals_respect_a_stan_bound():
     # half-normal k: exp(U(-2, 2)) in (0.14, 7.4); y0 in (-2, 2)
     assert all((point["y0"] - point["k"] * DECAY_TS >= 0).all() for point in points)
     assert all(_finite_at(model, points))
+
+
+# -- without the examples extra ---------------------------------------------------
+
+#: The examples extra's packages (pyproject.toml), refused in the script below.
+EXTRA = ("pymc", "diffrax", "equinox", "lineax", "nutpie", "numpyro", "arviz")
+
+
+def test_the_facade_imports_without_pymc_and_diffrax():
+    script = f"""
+import importlib.abc, sys
+class NoExtras(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in {EXTRA!r}:
+            raise ImportError(f"No module named {{name!r}}")
+sys.meta_path.insert(0, NoExtras())
+from pytensor.compile.jax_ofg import diffrax_settings, stan_bound, stan_initvals
+for call in (lambda: diffrax_settings("ode_bdf", n_outputs=3),
+             lambda: stan_bound("y", 1.0, lower=0.0)):
+    try:
+        call()
+    except ImportError as error:
+        print(error)
+print(sorted(name for name in {EXTRA!r} if name in sys.modules))
+"""
+    result = run_script(script, timeout=300)
+    lines = result.stdout.strip().splitlines()
+    assert lines[-3:] == [
+        "diffrax_settings needs diffrax, which is not installed: it comes with "
+        "the examples extra, `pip install 'pytensor-jax-ofg[examples]'`",
+        "stan_bound needs pymc, which is not installed: it comes with "
+        "the examples extra, `pip install 'pytensor-jax-ofg[examples]'`",
+        "[]",
+    ]
