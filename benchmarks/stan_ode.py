@@ -13,7 +13,7 @@ Runs:
 * ``cost``: milliseconds per value-and-gradient call of a stiff solve
   (Robertson's chemical kinetics, ``Kvaerno5``, 40 output times) with
   ``max_steps`` 4096, 1e5, 1e8, 1e8 with 1000 checkpoints, and the settings
-  :func:`stan_ode.diffrax_settings` gives for ``integrate_ode_bdf``'s defaults.
+  :func:`pytensor.compile.jax_ofg.diffrax_settings` gives for ``integrate_ode_bdf``'s defaults.
 * ``fit:<sampler>:<start>[:<chain_method>]``: the lynx-hare model of
   ``examples/stan_ode.py`` (the case study's ``integrate_ode_rk45`` at 1e-5,
   1e-3, 500 steps), 4 chains of 1000 + 1000, seed 1: wall time of
@@ -21,7 +21,7 @@ Runs:
   ESS over the 8 parameters. ``start``: ``default`` (PyMC's initial point,
   jittered as each sampler does), ``prior`` (``initvals`` at the priors'
   locations: ``mu`` of each normal, ``exp(mu)`` of each log-normal) or ``stan``
-  (:func:`stan_ode.stan_initvals`: uniform in (-2, 2) on the unconstrained
+  (:func:`pytensor.compile.jax_ofg.stan_initvals`: uniform in (-2, 2) on the unconstrained
   scale, one point per chain). ``tight`` in place of a chain method: the solve
   at rtol = atol = 1e-8 instead of the case study's tolerances.
 """
@@ -69,8 +69,7 @@ def run_cost() -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    sys.path.insert(0, str(ROOT / "examples"))
-    import stan_ode
+    from pytensor.compile.jax_ofg import diffrax_settings
 
     jax.config.update("jax_enable_x64", True)
     ts = jnp.logspace(-5, 5, 40)
@@ -89,9 +88,7 @@ def run_cost() -> dict:
         controller = diffrax.PIDController(rtol=1e-6, atol=1e-8)
         base = {"solver": diffrax.Kvaerno5(), "stepsize_controller": controller}
         if label == "helper":
-            return stan_ode.diffrax_settings(
-                "integrate_ode_bdf", 1e-6, 1e-8, n_outputs=len(ts)
-            )
+            return diffrax_settings("integrate_ode_bdf", 1e-6, 1e-8, n_outputs=len(ts))
         if label == "8e9":  # the helper's budget, diffrax's default checkpoints
             return {**base, "max_steps": 2 * 10**8 * len(ts)}
         if label == "1e8, 1000 checkpoints":
@@ -208,6 +205,8 @@ def run_fit(name: str) -> dict:
     import arviz as az
     import pymc as pm
 
+    from pytensor.compile.jax_ofg import stan_initvals
+
     sys.path.insert(0, str(ROOT / "examples"))
     import stan_ode
 
@@ -219,7 +218,7 @@ def run_fit(name: str) -> dict:
     if start == "prior":
         kwargs["initvals"] = stan_ode.PRIOR_LOCATIONS
     elif start == "stan":
-        kwargs["initvals"] = stan_ode.stan_initvals(model, chains=4, seed=1)
+        kwargs["initvals"] = stan_initvals(model, chains=4, seed=1)
     if sampler == "pymc":
         kwargs.update(nuts_sampler="pymc", cores=2)
     else:

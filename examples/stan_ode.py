@@ -1,21 +1,11 @@
 """Coming from Stan: ODE settings and starting points that carry over, on the lynx-hare model.
 
-Two helpers for porting a Stan ODE model to PyMC with diffrax inside
-:func:`~pytensor.compile.jax_ofg.as_jax_op`, and the model they were made on.
-
-:func:`diffrax_settings`
-    diffrax keyword arguments (``solver``, ``stepsize_controller``, ``dt0``,
-    ``max_steps``, ``adjoint``) from the name of Stan's ODE function, its
-    tolerances, its ``max_num_steps`` and the number of output times. Stan's
-    step budget is *per output interval* (CVODES and Boost's Runge-Kutta
-    integrators count their steps from each output time to the next, and
-    Stan's documentation says so: "the maximum number of steps the solver will
-    take between output time points"); diffrax's ``max_steps`` covers the whole
-    solve, and counts rejected steps too. A one-to-one port of the budget
-    rejects solves that Stan accepts.
-:func:`stan_initvals`
-    Starting points as Stan draws them: each unconstrained coordinate uniform
-    in (-2, 2), one dict per chain, for ``pm.sample(initvals=...)``.
+The model Stan's porting toolkit (:mod:`pytensor.compile.jax_ofg_stan`,
+exported by :mod:`pytensor.compile.jax_ofg`) was made on, ported with it:
+:func:`~pytensor.compile.jax_ofg.diffrax_settings` gives the solve Stan's
+``integrate_ode_rk45`` settings (Stan's step budget is per output interval,
+diffrax's covers the whole solve), and ``--start stan`` starts the chains
+where :func:`~pytensor.compile.jax_ofg.stan_initvals` draws them, as Stan does.
 
 The model is the predator-prey model of Stan's case study "Predator-Prey
 Population Dynamics: the Lotka-Volterra model in Stan" (Bob Carpenter, 2018):
@@ -53,175 +43,13 @@ if __name__ == "__main__":
 import argparse
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import diffrax
 import jax.numpy as jnp
 import numpy as np
 
-from pytensor.compile.jax_ofg import as_jax_op
-
-
-# ---------------------------------------------------------------------------
-# Stan's ODE functions and their diffrax counterparts
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StanODE:
-    """One of Stan's ODE functions: its integrator, defaults and a diffrax counterpart."""
-
-    #: Stan's integrator, in words.
-    method: str
-    #: A diffrax solver of the same kind (explicit 5(4) pair, or implicit for stiff).
-    solver: Callable[[], diffrax.AbstractSolver]
-    #: Defaults of ``rtol``, ``atol`` and ``max_num_steps``; ``None`` when the
-    #: function takes them as required arguments (the ``_tol`` variants).
-    rtol: float | None
-    atol: float | None
-    max_num_steps: int | None
-    #: Stan's first step (Boost's integrators start with 0.1); ``None``: the
-    #: solver picks it (CVODES), as diffrax does with ``dt0=None``.
-    dt0: float | None
-
-
-_RK45 = "Dormand-Prince 5(4), Boost odeint (dense output)"
-_CKRK = "Cash-Karp 5(4), Boost odeint"
-_ADAMS = "Adams-Moulton, orders 1-12, CVODES"
-_BDF = "BDF, orders 1-5, CVODES"
-
-#: Stan's ODE functions (Stan 2.24 and later; the ``integrate_ode_*`` ones are
-#: deprecated but still in published models). Defaults from Stan's Functions
-#: Reference and User's Guide ("Control parameters for ODE solving"): the
-#: ``ode_*`` functions use rtol = atol = 1e-6 and 1e6 steps; the old
-#: ``integrate_ode_bdf`` and ``integrate_ode_adams`` use 1e-10, 1e-10 and 1e8.
-#: diffrax has no Cash-Karp pair, no Adams and no BDF method: ``ode_ckrk`` and
-#: ``ode_adams`` map to ``Tsit5`` (an explicit 5(4) pair for non-stiff
-#: problems), ``ode_bdf`` to ``Kvaerno5`` (an implicit L-stable ESDIRK method
-#: for stiff ones).
-STAN_ODE_FUNCTIONS: dict[str, StanODE] = {
-    "ode_rk45": StanODE(_RK45, diffrax.Dopri5, 1e-6, 1e-6, 10**6, 0.1),
-    "ode_rk45_tol": StanODE(_RK45, diffrax.Dopri5, None, None, None, 0.1),
-    "ode_ckrk": StanODE(_CKRK, diffrax.Tsit5, 1e-6, 1e-6, 10**6, 0.1),
-    "ode_ckrk_tol": StanODE(_CKRK, diffrax.Tsit5, None, None, None, 0.1),
-    "ode_adams": StanODE(_ADAMS, diffrax.Tsit5, 1e-6, 1e-6, 10**6, None),
-    "ode_adams_tol": StanODE(_ADAMS, diffrax.Tsit5, None, None, None, None),
-    "ode_bdf": StanODE(_BDF, diffrax.Kvaerno5, 1e-6, 1e-6, 10**6, None),
-    "ode_bdf_tol": StanODE(_BDF, diffrax.Kvaerno5, None, None, None, None),
-    "integrate_ode_rk45": StanODE(_RK45, diffrax.Dopri5, 1e-6, 1e-6, 10**6, 0.1),
-    "integrate_ode_adams": StanODE(_ADAMS, diffrax.Tsit5, 1e-10, 1e-10, 10**8, None),
-    "integrate_ode_bdf": StanODE(_BDF, diffrax.Kvaerno5, 1e-10, 1e-10, 10**8, None),
-}
-
-#: Checkpoints of diffrax's reverse pass (``RecursiveCheckpointAdjoint``) by
-#: default: enough for every accepted step of most sampler solves, so the
-#: reverse pass recomputes nothing. diffrax's own default sizes them from
-#: ``max_steps`` (about ``sqrt(2 * max_steps)``: 14 000 for a budget of 1e8),
-#: and a large buffer costs time in every gradient (the guide's "Coming from
-#: Stan" has the figures). More steps than checkpoints is still correct, with
-#: some steps recomputed.
-CHECKPOINTS = 1000
-
-
-def diffrax_settings(
-    stan_function: str,
-    rtol: float | None = None,
-    atol: float | None = None,
-    max_num_steps: int | None = None,
-    *,
-    n_outputs: int,
-    checkpoints: int | None = CHECKPOINTS,
-) -> dict:
-    """diffrax keyword arguments that accept the solves Stan's ``stan_function`` accepts.
-
-    Parameters
-    ----------
-    stan_function
-        A key of :data:`STAN_ODE_FUNCTIONS`: ``"ode_rk45"``,
-        ``"integrate_ode_bdf"``, ``"ode_bdf_tol"``, ...
-    rtol, atol, max_num_steps
-        Stan's control arguments; ``None`` takes the function's default
-        (required for the ``_tol`` variants, as in Stan).
-    n_outputs
-        The number of output times (``size(ts)`` in Stan): Stan's budget is
-        ``max_num_steps`` steps between consecutive output times (and from
-        ``t0`` to the first), so ``n_outputs`` of them in all.
-    checkpoints
-        Checkpoints of the reverse pass (:data:`CHECKPOINTS`); ``None`` keeps
-        diffrax's default, sized from ``max_steps``.
-
-    Returns
-    -------
-    dict
-        ``solver``, ``stepsize_controller``, ``dt0``, ``max_steps`` and
-        ``adjoint``, to pass to :func:`diffrax.diffeqsolve` with the terms,
-        ``t0``, ``t1``, ``y0`` and ``saveat``.
-
-    Notes
-    -----
-    ``max_steps`` is ``2 * max_num_steps * n_outputs``. A solve that Stan
-    accepts takes at most ``max_num_steps`` accepted steps in each interval,
-    so at most ``max_num_steps * n_outputs`` in all; Stan's budget counts
-    accepted steps (Boost's step checker and CVODES' ``mxstep``), diffrax's
-    counts every attempt, rejected ones too, hence the factor 2. A solve that
-    needs more than twice Stan's budget in every interval is rejected by both.
-    (With a total budget, a solve that spends more than ``max_num_steps`` in one
-    interval and few in the others is accepted here and rejected by Stan.)
-    """
-    try:
-        spec = STAN_ODE_FUNCTIONS[stan_function]
-    except KeyError:
-        known = ", ".join(STAN_ODE_FUNCTIONS)
-        raise ValueError(
-            f"unknown Stan ODE function {stan_function!r}; one of {known}"
-        ) from None
-    given = {"rtol": rtol, "atol": atol, "max_num_steps": max_num_steps}
-    settings = {
-        name: getattr(spec, name) if value is None else value
-        for name, value in given.items()
-    }
-    missing = [name for name, value in settings.items() if value is None]
-    if missing:
-        raise ValueError(f"{stan_function} has no default for {', '.join(missing)}")
-    if n_outputs < 1:
-        raise ValueError(f"n_outputs must be at least 1, got {n_outputs}")
-    adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=checkpoints)
-    return {
-        "solver": spec.solver(),
-        "stepsize_controller": diffrax.PIDController(
-            rtol=settings["rtol"], atol=settings["atol"]
-        ),
-        "dt0": spec.dt0,
-        "max_steps": 2 * int(settings["max_num_steps"]) * int(n_outputs),
-        "adjoint": adjoint,
-    }
-
-
-def stan_initvals(model, chains: int, seed: int = 0, radius: float = 2.0) -> list[dict]:
-    """Stan's starting points: every unconstrained coordinate uniform in (-radius, radius).
-
-    Returns one dict per chain, keyed by the model's free variables, with the
-    values on the constrained scale (as ``pm.sample(initvals=...)`` takes
-    them). Stan draws its inits this way (``init=2``); numpyro's
-    ``init_to_uniform(radius=2)`` is the same rule.
-    """
-    rng = np.random.default_rng(seed)
-    points = []
-    for _ in range(chains):
-        point = {}
-        for rv in model.free_RVs:
-            value_var = model.rvs_to_values[rv]
-            shape = tuple(model.initial_point()[value_var.name].shape)
-            unconstrained = rng.uniform(-radius, radius, size=shape)
-            transform = model.rvs_to_transforms.get(rv)
-            if transform is None:
-                point[rv.name] = unconstrained
-            else:
-                value = transform.backward(unconstrained, *rv.owner.inputs)
-                point[rv.name] = np.asarray(value.eval())
-        points.append(point)
-    return points
+from pytensor.compile.jax_ofg import as_jax_op, diffrax_settings, stan_initvals
 
 
 # ---------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from pytensor.compile.jax_ofg_import_hooks import JAX_BACKEND, after_import
 from pytensor.compile.jax_ofg_island import JaxIsland, JaxIslandFallbackWarning
 from pytensor.compile.jax_ofg_op import OpFromJax
 from pytensor.compile.jax_ofg_shapes import ShapeInferenceError
+from pytensor.compile.jax_ofg_stan import diffrax_settings, stan_bound, stan_initvals
 from pytensor.compile.jax_ofg_trace_cache import clear_trace_cache, trace_cache_info
 from pytensor.compile.jax_ofg_wrapper import (
     JaxOpWrapper,
@@ -79,8 +80,11 @@ __all__ = [
     "WrappedFunctionRuntimeWarning",
     "as_jax_op",
     "clear_trace_cache",
+    "diffrax_settings",
     "install",
     "runtime_error_counts",
+    "stan_bound",
+    "stan_initvals",
     "trace_cache_info",
 ]
 

@@ -1,13 +1,16 @@
-"""examples/stan_ode.py: Stan's ODE settings in diffrax, Stan's starting points, the lynx-hare model."""
+"""examples/stan_ode.py: the lynx-hare model, ported with Stan's toolkit.
 
-import diffrax
-import jax
-import jax.numpy as jnp
+The toolkit itself (``diffrax_settings``, ``stan_initvals``) is tested in
+``tests/compile/test_jax_ofg_stan.py``.
+"""
+
 import numpy as np
 import pytest
 from _fresh_process import run_python
 from _scripts import EXAMPLES, imported_scripts
 from scipy.integrate import solve_ivp
+
+from pytensor.compile.jax_ofg import stan_initvals
 
 
 SCRIPT = EXAMPLES / "stan_ode.py"
@@ -20,145 +23,12 @@ def example():
         yield module
 
 
-# Stan's documented defaults (Functions Reference; User's Guide, "Control
-# parameters for ODE solving"): the ode_* functions 1e-6, 1e-6 and 1e6 steps
-# between output times; the old integrate_ode_bdf and integrate_ode_adams
-# 1e-10, 1e-10 and 1e8; integrate_ode_rk45 1e-6, 1e-6 and 1e6.
-STAN_DEFAULTS = {
-    "ode_rk45": (1e-6, 1e-6, 10**6),
-    "ode_ckrk": (1e-6, 1e-6, 10**6),
-    "ode_adams": (1e-6, 1e-6, 10**6),
-    "ode_bdf": (1e-6, 1e-6, 10**6),
-    "integrate_ode_rk45": (1e-6, 1e-6, 10**6),
-    "integrate_ode_adams": (1e-10, 1e-10, 10**8),
-    "integrate_ode_bdf": (1e-10, 1e-10, 10**8),
-}
-STIFF = {"ode_bdf", "ode_bdf_tol", "integrate_ode_bdf"}
-
-
-@pytest.mark.parametrize("name", sorted(STAN_DEFAULTS))
-def test_defaults_are_stans(example, name):
-    rtol, atol, steps = STAN_DEFAULTS[name]
-    settings = example.diffrax_settings(name, n_outputs=3)
-    controller = settings["stepsize_controller"]
-    assert isinstance(controller, diffrax.PIDController)
-    assert (controller.rtol, controller.atol) == (rtol, atol)
-    # Stan's budget is per output interval: 3 of them
-    assert settings["max_steps"] >= 3 * steps
-    if name in STIFF:
-        assert settings["solver"].__class__ is diffrax.Kvaerno5
-    else:
-        assert not isinstance(settings["solver"], diffrax.AbstractImplicitSolver)
-    if "rk45" in name:
-        # the same Runge-Kutta pair, and Boost's first step in Stan
-        assert isinstance(settings["solver"], diffrax.Dopri5)
-        assert settings["dt0"] == 0.1
-
-
-def test_tol_variants_take_the_arguments(example):
-    settings = example.diffrax_settings("ode_bdf_tol", 1e-7, 1e-9, 500, n_outputs=4)
-    controller = settings["stepsize_controller"]
-    assert (controller.rtol, controller.atol) == (1e-7, 1e-9)
-    assert settings["dt0"] is None  # CVODES picks its first step; so does diffrax
-    with pytest.raises(ValueError, match="no default for rtol, atol, max_num_steps"):
-        example.diffrax_settings("ode_rk45_tol", n_outputs=4)
-    with pytest.raises(ValueError, match="unknown Stan ODE function 'ode_rk4'"):
-        example.diffrax_settings("ode_rk4", n_outputs=4)
-    with pytest.raises(ValueError, match="n_outputs"):
-        example.diffrax_settings("ode_rk45", n_outputs=0)
-
-
-def test_checkpoints_do_not_follow_the_budget(example):
-    small = example.diffrax_settings("ode_rk45", max_num_steps=100, n_outputs=2)
-    large = example.diffrax_settings("integrate_ode_bdf", n_outputs=20)
-    assert small["adjoint"].checkpoints == large["adjoint"].checkpoints
-    default = example.diffrax_settings("ode_rk45", n_outputs=2, checkpoints=None)
-    assert default["adjoint"].checkpoints is None
-
-
-# -- Stan's accept/reject rule near the budget ---------------------------------
-#
-# A harmonic oscillator of 5 periods per time unit at tight tolerances takes
-# about the same number of steps in each of its output intervals. Stan rejects a
-# solve when the steps between two consecutive output times exceed
-# max_num_steps (counting accepted steps). The steps per interval are counted
-# here from diffrax's own accepted steps (SaveAt(steps=True)).
-
-OMEGA = 2 * np.pi * 5
-TS = np.arange(1.0, 9.0)
-
-
-def oscillator(t, y, args):
-    return jnp.stack([y[1], -(OMEGA**2) * y[0]])
-
-
-def solve(settings, saveat):
-    return diffrax.diffeqsolve(
-        diffrax.ODETerm(oscillator),
-        t0=0.0,
-        t1=float(TS[-1]),
-        y0=jnp.array([1.0, 0.0]),
-        saveat=saveat,
-        throw=False,
-        **settings,
-    )
-
-
-@pytest.fixture(scope="module")
-def steps_per_interval(example):
-    """Accepted steps of the helper's solver between consecutive output times."""
-    jax.config.update("jax_enable_x64", True)
-    settings = example.diffrax_settings(
-        "ode_rk45_tol", 1e-8, 1e-8, 10**6, n_outputs=len(TS)
-    )
-    solution = solve(settings, diffrax.SaveAt(steps=True))
-    assert solution.result == diffrax.RESULTS.successful
-    step_ends = np.asarray(solution.ts)
-    step_ends = step_ends[np.isfinite(step_ends)]
-    edges = np.concatenate([[0.0], TS])
-    # a step ending exactly on an output time belongs to the interval it closes
-    counts = np.histogram(step_ends, bins=edges)[0]
-    assert counts.sum() == len(step_ends)
-    return counts
-
-
-def test_oscillator_needs_many_steps_in_every_interval(steps_per_interval):
-    assert steps_per_interval.min() > 50
-    assert steps_per_interval.max() < 1.5 * steps_per_interval.min()
-
-
-def test_accepts_what_stan_accepts(example, steps_per_interval):
-    """Stan's budget = the most steps any interval needs: Stan accepts; so must we."""
-    budget = int(steps_per_interval.max())
-    settings = example.diffrax_settings(
-        "ode_rk45_tol", 1e-8, 1e-8, budget, n_outputs=len(TS)
-    )
-    solution = solve(settings, diffrax.SaveAt(ts=TS))
-    assert solution.result == diffrax.RESULTS.successful
-    exact = np.cos(OMEGA * TS)
-    np.testing.assert_allclose(np.asarray(solution.ys[:, 0]), exact, atol=1e-5)
-    # the one-to-one port (max_steps = max_num_steps) rejects it
-    one_to_one = dict(settings, max_steps=budget)
-    assert solve(one_to_one, diffrax.SaveAt(ts=TS)).result != diffrax.RESULTS.successful
-
-
-def test_rejects_a_solve_far_over_stans_budget(example, steps_per_interval):
-    """Every interval needs more than twice the budget: Stan rejects, so do we."""
-    budget = int(steps_per_interval.min()) // 2 - 1
-    assert (steps_per_interval > budget).all()  # Stan's rule: rejected
-    settings = example.diffrax_settings(
-        "ode_rk45_tol", 1e-8, 1e-8, budget, n_outputs=len(TS)
-    )
-    solution = solve(settings, diffrax.SaveAt(ts=TS))
-    assert solution.result == diffrax.RESULTS.max_steps_reached
-
-
 # -- Stan's starting points -------------------------------------------------------
 
 
 def test_stan_initvals_are_uniform_on_the_unconstrained_scale(example):
     model = example.build_model()
-    points = example.stan_initvals(model, chains=4, seed=3)
+    points = stan_initvals(model, chains=4, seed=3)
     assert len(points) == 4
     unconstrained = []
     for point in points:
@@ -176,7 +46,7 @@ def test_stan_initvals_are_uniform_on_the_unconstrained_scale(example):
     assert (np.abs(unconstrained) < 2).all()
     assert np.unique(unconstrained).size == unconstrained.size  # no two alike
     # same seed, same points
-    again = example.stan_initvals(model, chains=4, seed=3)
+    again = stan_initvals(model, chains=4, seed=3)
     np.testing.assert_array_equal(again[2]["sigma"], points[2]["sigma"])
 
 
