@@ -166,6 +166,7 @@ def install() -> None:
 
         jax_ofg_xla_cache.add_config_flag()
         jax_ofg_xla_cache.configure_xla_cache()
+        jax_ofg_xla_cache.write_entries_atomically()
         jax_ofg_trace_cache.add_config_flag()
         jax_ofg_trace_watch.install()
         jax_ofg_environment.installed_distributions()
