@@ -196,3 +196,75 @@ def test_a_full_disk_under_the_caches_loses_nothing_and_the_next_run_fills_them(
     xla_files, trace_files = fine["files"]
     assert xla_files and trace_files
     assert not [name for name in xla_files + trace_files if name.startswith(".")]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_by_the_os_is_named_and_the_next_fit_is_correct(tmp_path):
+    (tmp_path / "script.py").write_text(KILLED_WORKER_SCRIPT)
+    done = run_python([str(tmp_path / "script.py")], tmp_path, timeout=240)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    error = result["error"]
+    assert error.startswith(f"sample_in_processes: worker {result['killed']} (core ")
+    assert "was killed by SIGKILL" in error and "out of memory" in error
+    assert "while compiling" in error  # what it was doing
+    assert result["left"] == []  # the other worker was stopped too
+    assert result["again"]["draws"] == 400
+    for mean, sd in zip(result["again"]["mean"], result["again"]["sd"]):
+        assert abs(mean) < 0.25  # posterior N(0, 1/2)
+        assert 0.5 < sd < 0.9
+
+
+#: Workers that, while a flag file exists, say who they are and wait; the
+#: parent's thread kills the first with SIGKILL (what the OOM killer sends).
+KILLED_WORKER_SCRIPT = """
+import json, os, signal, threading, time
+from pathlib import Path
+import numpy as np
+from _interrupt_routes import build_with_ops
+from pytensor.compile.jax_ofg_chain_processes import (
+    ChainProcessError, sample_in_processes,
+)
+
+FLAG, HERE = Path("kill-me").absolute(), Path(".").absolute()
+
+def model():
+    if FLAG.exists():
+        (HERE / f"worker-{os.getpid()}").write_text(str(min(os.sched_getaffinity(0))))
+        time.sleep(200)
+    return build_with_ops()
+
+killed = {}
+
+def kill_one():
+    while not (found := sorted(HERE.glob("worker-*"))):
+        time.sleep(0.05)
+    pid = int(found[0].name.split("-")[1])
+    killed["core"] = int(found[0].read_text())
+    os.kill(pid, signal.SIGKILL)
+
+FLAG.write_text("")
+threading.Thread(target=kill_one, daemon=True).start()
+cores = sorted(os.sched_getaffinity(0))[:2]
+try:
+    sample_in_processes(model, chains=2, cores=2, seed=1, timeout=150)
+except ChainProcessError as error:
+    message = str(error)
+time.sleep(1.5)
+left = []
+for path in HERE.glob("worker-*"):
+    pid = int(path.name.split("-")[1])
+    try:
+        os.kill(pid, 0)
+        left.append(pid)
+    except ProcessLookupError:
+        pass
+FLAG.unlink()
+trace = sample_in_processes(model, chains=2, cores=2, seed=1, tune=200, draws=200)
+x = trace.posterior["x"].values.reshape(-1, 2)
+print(json.dumps({
+    "error": message,
+    "killed": cores.index(killed["core"]),
+    "left": left,
+    "again": {"draws": len(x), "mean": x.mean(0).tolist(), "sd": x.std(0).tolist()},
+}))
+"""
