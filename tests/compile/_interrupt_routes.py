@@ -22,6 +22,10 @@ import warnings
 
 
 SLOW_DRAWS = 10**6
+#: numpyro's draws, all in one XLA program, which an interrupt does not stop.
+NUMPYRO_DRAWS = 20_000
+#: SMC's particles per chain: its stages outlast the interrupt.
+SMC_DRAWS = 20_000
 
 
 def build_model(ops: bool = True):
@@ -132,6 +136,51 @@ def _fit(route: str, ops: bool, draws: int, first: bool):
         return sample_in_processes(
             builder, chains=2, cores=2, seed=1, tune=100, draws=draws, timeout=300
         )
+    if route == "numpyro":
+        # One XLA program samples: Python sees the interrupt when it ends.
+        import numpyro.infer
+
+        original = numpyro.infer.MCMC.run
+
+        def run(self, *args, **kwargs):
+            if first:
+                _marker()
+            return original(self, *args, **kwargs)
+
+        numpyro.infer.MCMC.run = run
+        common["draws"] = min(draws, NUMPYRO_DRAWS)
+        try:
+            with builder():
+                return pm.sample(
+                    nuts_sampler="numpyro",
+                    nuts={"chain_method": "sequential"},
+                    **common,
+                )
+        finally:
+            numpyro.infer.MCMC.run = original
+    if route == "smc":
+        import pymc.smc.sampling as smc
+
+        original = smc.ParallelSMCSampler
+
+        class Marked(original):
+            def __enter__(self):
+                if first:
+                    _marker()
+                return super().__enter__()
+
+        smc.ParallelSMCSampler = Marked
+        try:
+            with builder():
+                return pm.sample_smc(
+                    draws=min(draws, SMC_DRAWS),
+                    chains=2,
+                    cores=2,
+                    random_seed=1,
+                    progressbar=False,
+                )
+        finally:
+            smc.ParallelSMCSampler = original
     raise ValueError(route)
 
 

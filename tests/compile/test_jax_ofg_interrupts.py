@@ -85,18 +85,19 @@ def folder(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("route", ["nutpie", "processes", "pymc"])
+@pytest.mark.parametrize("route", ["nutpie", "processes", "pymc", "numpyro", "smc"])
 def test_ctrl_c_during_draws_gives_what_the_route_gives_without_the_ops(route, folder):
     plain = interrupted_fit(route, False, folder)
     ours = interrupted_fit(route, True, folder)
+    print(json.dumps({"plain": plain, "ours": ours}))  # shown with -s
     assert ours["outcome"] == plain["outcome"], (plain, ours)
     if route == "processes":
         # nutpie in workers: the draws so far, marked as interrupted.
         assert ours["outcome"] == "returned"
         assert ours["warnings"] == plain["warnings"] == ["SamplingInterrupted"]
     if ours["outcome"] == "returned":
-        assert 0 < ours["draws"] < 2 * 10**6
-        assert 0 < plain["draws"] < 2 * 10**6
+        assert 0 < ours["draws"] <= 2 * 10**6
+        assert 0 < plain["draws"] <= 2 * 10**6
     assert ours["children"] == plain["children"] == 0
     check_second_fit(plain)
     check_second_fit(ours)
