@@ -29,6 +29,7 @@ from pytensor.compile import (
     jax_ofg_environment,
     jax_ofg_fork_guard,
     jax_ofg_nutpie,
+    jax_ofg_programs,
     jax_ofg_pymc,
     jax_ofg_small_linalg,
     jax_ofg_trace_cache,
@@ -177,7 +178,9 @@ def install() -> None:
         jax_ofg_nutpie.install_nutpie_host_callbacks()
 
         jax_ofg_xla_cache.add_config_flag()
+        jax_ofg_programs.add_config_flag()
         jax_ofg_xla_cache.configure_xla_cache()
+        jax_ofg_xla_cache.write_entries_atomically()
         jax_ofg_trace_cache.add_config_flag()
         jax_ofg_trace_watch.install()
         jax_ofg_environment.installed_distributions()

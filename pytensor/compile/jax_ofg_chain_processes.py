@@ -48,15 +48,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import operator
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,6 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChainProcessError",
+    "SamplingInterrupted",
     "WorkerResult",
     "merge_chains",
     "run_chain_processes",
@@ -80,10 +84,16 @@ __all__ = [
 # cloudpickle's bytes), read before any import so that the caller's sys.path
 # decides which copy of this package and of PyTensor it imports. Like a
 # user's script, it imports the facade, whose install() gives nutpie the ops'
-# host callbacks.
+# host callbacks. A worker whose parent is gone (its stdin, a pipe the parent
+# holds open, ends) exits at once: no worker outlives the process that waits
+# for it, even one killed by SIGKILL.
 _BOOTSTRAP = """\
-import pickle, sys, time
+import os, pickle, sys, threading, time
 started = time.perf_counter()
+def _orphaned():  # the parent holds stdin open while it waits for this worker
+    sys.stdin.buffer.read()
+    os._exit(70)
+threading.Thread(target=_orphaned, daemon=True).start()
 with open(sys.argv[1], "rb") as file:
     job = pickle.load(file)
 sys.path[:] = job["sys_path"]
@@ -104,13 +114,26 @@ _NOT_FROM_WORKERS = frozenset(
 #: by the variables themselves.
 _KEYED_BY_VARIABLE = ("initial_points", "jitter_rvs")
 
+LOGGER = logging.getLogger("pytensor.compile.jax_ofg")
+
 _OUTPUT_TAIL_LINES = 30
 #: Seconds a worker may take to exit once its result is written; then it is killed.
 _EXIT_GRACE = 60.0
+#: Seconds the workers may take, once interrupted, to write the draws they made;
+#: then the ones still running are killed.
+_INTERRUPT_GRACE = 60.0
+#: What a worker does, as it tells its parent (a file it rewrites), in order.
+_PHASES = ("starting", "compiling", "first call", "sampling", "writing its result")
 
 
 class ChainProcessError(RuntimeError):
     """A worker process of :func:`sample_in_processes` failed or timed out."""
+
+
+class SamplingInterrupted(UserWarning):
+    """:func:`sample_in_processes` was interrupted (Ctrl-C) and returns the draws
+    made so far.
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +160,9 @@ class WorkerResult:
     sampled : tuple of float
         When the worker's ``nutpie.sample`` started and ended, in
         :func:`time.time`'s seconds.
+    interrupted : bool
+        Whether sampling was interrupted: the trace holds the draws made
+        until then (nutpie pads the chains it had not finished with NaN).
     """
 
     trace: xr.DataTree
@@ -145,6 +171,7 @@ class WorkerResult:
     chains: int
     seconds: dict[str, float]
     sampled: tuple[float, float]
+    interrupted: bool = False
 
 
 def sample_in_processes(
@@ -206,8 +233,21 @@ def sample_in_processes(
     Raises
     ------
     ChainProcessError
-        When a worker fails (with the end of its output) or the workers run
-        out of ``timeout``.
+        When a worker fails (with the end of its output), is killed, or the
+        workers run out of ``timeout``.
+    KeyboardInterrupt
+        When interrupted before any worker started sampling.
+
+    Warns
+    -----
+    SamplingInterrupted
+        When interrupted (Ctrl-C, SIGINT) once a worker sampled: as
+        ``pm.sample`` does, it returns the draws made so far (none when
+        interrupted during tuning). The interrupt reaches every worker, each
+        returns its trace so far (chains of different lengths are padded
+        with NaN, as nutpie pads its own), and no worker is left running. A
+        second interrupt while they write their traces stops them at once and
+        raises.
     """
     results = run_chain_processes(
         model,
@@ -218,7 +258,17 @@ def sample_in_processes(
         timeout=timeout,
         **sample_kwargs,
     )
-    trace = merge_chains([result.trace for result in results])
+    interrupted = [k for k, result in enumerate(results) if result.interrupted]
+    trace = merge_chains([result.trace for result in results], ragged=bool(interrupted))
+    if interrupted:
+        draws = trace.posterior.sizes.get("draw", 0)
+        warnings.warn(
+            f"sample_in_processes was interrupted: the trace holds the draws made "
+            f"so far ({draws} at most per chain, {trace.posterior.sizes['chain']} "
+            f"chains, shorter chains padded with NaN); it is not a full run",
+            SamplingInterrupted,
+            stacklevel=2,
+        )
     if "sampling_time" in trace.posterior.attrs:
         started = min(result.sampled[0] for result in results)
         ended = max(result.sampled[1] for result in results)
@@ -243,7 +293,13 @@ def run_chain_processes(
     Returns
     -------
     list of WorkerResult
-        One per worker, in the order of their chains.
+        One per worker, in the order of their chains; when interrupted, one
+        per worker that had started sampling (see ``interrupted``).
+
+    Raises
+    ------
+    KeyboardInterrupt
+        When interrupted before any worker started sampling.
     """
     import numpy as np
 
@@ -279,9 +335,10 @@ def run_chain_processes(
     with tempfile.TemporaryDirectory(prefix="jax_ofg_chains_") as folder:
         model_file = Path(folder, "model.pickle")
         model_file.write_bytes(payload)
-        jobs, logs, results = [], [], []
+        jobs, logs, results, statuses = [], [], [], []
         for k in range(workers):
             results.append(Path(folder, f"result-{k}.pickle"))
+            statuses.append(Path(folder, f"status-{k}"))
             logs.append(Path(folder, f"worker-{k}.log"))
             jobs.append(Path(folder, f"job-{k}.pickle"))
             job = {
@@ -290,26 +347,46 @@ def run_chain_processes(
                 "chains": shares[k],
                 "seed": seeds[k],
                 "result": str(results[k]),
+                "status": str(statuses[k]),
             }
             jobs[k].write_bytes(pickle.dumps(job))
         with _workers(jobs, logs, pins) as processes:
-            _wait(processes, logs, results, pins, timeout)
-        done = [pickle.loads(result.read_bytes()) for result in results]
+            interrupted = _wait(processes, logs, results, statuses, pins, timeout)
+        done = {
+            k: pickle.loads(result.read_bytes())
+            for k, result in enumerate(results)
+            if result.exists()
+        }
+    if interrupted and not any(d["trace"] is not None for d in done.values()):
+        raise KeyboardInterrupt(
+            "sample_in_processes was interrupted before its workers sampled"
+        )
     return [
         WorkerResult(
-            d["trace"], pins[k], d["affinity"], shares[k], d["seconds"], d["sampled"]
+            d["trace"],
+            pins[k],
+            d["affinity"],
+            shares[k],
+            d["seconds"],
+            d["sampled"],
+            d["interrupted"],
         )
-        for k, d in enumerate(done)
+        for k, d in done.items()
+        if d["trace"] is not None
     ]
 
 
-def merge_chains(traces: Sequence[xr.DataTree]) -> xr.DataTree:
+def merge_chains(traces: Sequence[xr.DataTree], *, ragged: bool = False) -> xr.DataTree:
     """Concatenate nutpie traces along ``chain``, renumbering the chains from 0.
 
     Parameters
     ----------
     traces : sequence of xarray.DataTree
         nutpie's traces of the same model and the same numbers of draws.
+    ragged : bool
+        Let the traces hold different numbers of draws (interrupted runs):
+        shorter ones are padded with NaN (integer and boolean statistics
+        become floats or objects), as nutpie pads an interrupted run's chains.
 
     Returns
     -------
@@ -325,7 +402,7 @@ def merge_chains(traces: Sequence[xr.DataTree]) -> xr.DataTree:
 
     groups = {}
     for name in traces[0].children:
-        datasets = [trace[name].to_dataset() for trace in traces]
+        datasets = [trace[name].to_dataset() for trace in traces if name in trace]
         if "chain" not in datasets[0].dims:
             groups[name] = datasets[0]
             continue
@@ -335,7 +412,8 @@ def merge_chains(traces: Sequence[xr.DataTree]) -> xr.DataTree:
             data_vars="minimal",
             coords="minimal",
             compat="override",
-            join="exact",  # the same draws in every trace, or an error
+            # The same draws in every trace, or an error (unless ragged).
+            join="outer" if ragged else "exact",
             combine_attrs="override",
         )
         groups[name] = merged.assign_coords(chain=np.arange(merged.sizes["chain"]))
@@ -442,7 +520,10 @@ def _workers(
 ) -> Iterator[list[subprocess.Popen]]:
     """Start a worker per job, each pinned to its core; kill them all on an error.
 
-    On leaving the block normally, the workers finish exiting in the
+    Each worker runs in a session of its own, so that a terminal's Ctrl-C
+    reaches this process only, which passes it on (:func:`_wait`), and holds
+    a pipe from this process as its stdin, whose end tells it this process is
+    gone. On leaving the block normally, the workers finish exiting in the
     background (JAX's and nutpie's threads, finalizers: about a second after
     their result is written), reaped there, and killed if they take longer
     than :data:`_EXIT_GRACE`.
@@ -454,9 +535,10 @@ def _workers(
                 processes.append(
                     subprocess.Popen(
                         [sys.executable, "-c", _BOOTSTRAP, str(job)],
-                        stdin=subprocess.DEVNULL,
+                        stdin=subprocess.PIPE,
                         stdout=output,
                         stderr=subprocess.STDOUT,
+                        start_new_session=True,
                     )
                 )
         yield processes
@@ -464,9 +546,17 @@ def _workers(
         for process in processes:
             if process.poll() is None:
                 process.kill()
+        for process in processes:
+            _close_stdin(process)
         raise
     finally:
         threading.Thread(target=_reap, args=(processes,), daemon=True).start()
+
+
+def _close_stdin(process: subprocess.Popen) -> None:
+    if process.stdin is not None:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
 
 
 def _reap(processes: list[subprocess.Popen]) -> None:
@@ -476,42 +566,102 @@ def _reap(processes: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        _close_stdin(process)
+
+
+def _phase(status: Path) -> str:
+    """Return what a worker said it is doing (:data:`_PHASES`)."""
+    try:
+        return status.read_text() or _PHASES[0]
+    except OSError:
+        return _PHASES[0]
+
+
+def _how_it_ended(returncode: int) -> str:
+    if returncode == 0:
+        return "exited without a result"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        why = (
+            " (the system kills the largest process when it runs out of memory: "
+            "see dmesg, and try fewer cores or a smaller model)"
+            if name == "SIGKILL"
+            else ""
+        )
+        return f"was killed by {name}{why}"
+    return f"failed with exit code {returncode}"
 
 
 def _wait(
     processes: list[subprocess.Popen],
     logs: list[Path],
     results: list[Path],
+    statuses: list[Path],
     pins: list[int | None],
     timeout: float | None,
-) -> None:
+) -> bool:
     """Wait until every worker has written its result; raise on the first failure or
-    the timeout.
+    the timeout. Return whether it was interrupted.
 
     A worker writes its result whole (to a file then renamed), its last act
-    before it exits.
+    before it exits. On KeyboardInterrupt (Ctrl-C: a worker in a session of
+    its own does not get the terminal's) each running worker gets a SIGINT
+    and has :data:`_INTERRUPT_GRACE` seconds to write the trace it has so far
+    (:func:`_gather_interrupted`).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    while not all(result.exists() for result in results):
-        for k, process in enumerate(processes):
-            if process.poll() is not None and not results[k].exists():
-                how = (
-                    "exited without a result"
-                    if process.returncode == 0
-                    else f"failed with exit code {process.returncode}"
-                )
+    phases = [_PHASES[0]] * len(processes)
+    try:
+        while not all(result.exists() for result in results):
+            for k, process in enumerate(processes):
+                phase = _phase(statuses[k])
+                if phase != phases[k]:
+                    phases[k] = phase
+                    LOGGER.debug("sample_in_processes: worker %d %s", k, phase)
+                if process.poll() is not None and not results[k].exists():
+                    raise ChainProcessError(
+                        f"sample_in_processes: worker {k} (core {pins[k]}) "
+                        f"{_how_it_ended(process.returncode)} while "
+                        f"{_phase(statuses[k])}; the end of its output:\n"
+                        f"{_tail(logs[k])}"
+                    )
+            if deadline is not None and time.monotonic() > deadline:
+                running = [k for k, r in enumerate(results) if not r.exists()]
                 raise ChainProcessError(
-                    f"sample_in_processes: worker {k} (core {pins[k]}) {how}; "
-                    f"the end of its output:\n{_tail(logs[k])}"
+                    f"sample_in_processes: workers {running} ran out of the timeout "
+                    f"of {timeout} s and were stopped; the end of worker "
+                    f"{running[0]}'s output:\n{_tail(logs[running[0]])}"
                 )
-        if deadline is not None and time.monotonic() > deadline:
-            running = [k for k, r in enumerate(results) if not r.exists()]
-            raise ChainProcessError(
-                f"sample_in_processes: workers {running} ran out of the timeout of "
-                f"{timeout} s and were stopped; the end of worker {running[0]}'s "
-                f"output:\n{_tail(logs[running[0]])}"
-            )
-        time.sleep(0.02)
+            time.sleep(0.02)
+    except KeyboardInterrupt:
+        _gather_interrupted(processes, results)
+        return True
+    return False
+
+
+def _gather_interrupted(processes: list[subprocess.Popen], results: list[Path]) -> None:
+    """Pass an interrupt on to the running workers and wait for them to end.
+
+    A worker that was sampling writes the trace it has so far; one that had
+    not started exits without a result. Those still running after
+    :data:`_INTERRUPT_GRACE` seconds are killed; a second KeyboardInterrupt
+    while waiting kills them at once (by :func:`_workers`) and propagates.
+    """
+    LOGGER.debug("sample_in_processes: interrupted; passing it on to the workers")
+    for process in processes:
+        if process.poll() is None:
+            with contextlib.suppress(OSError):
+                process.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + _INTERRUPT_GRACE
+    for k, process in enumerate(processes):
+        while process.poll() is None and not results[k].exists():
+            if time.monotonic() > deadline:
+                process.kill()
+                break
+            time.sleep(0.02)
 
 
 def _tail(log: Path) -> str:
@@ -545,16 +695,35 @@ def _call_log_density_once(compiled: Any) -> bool:
     return True
 
 
+def _say(job: dict[str, Any], phase: str) -> None:
+    """Tell the parent what this worker now does (one of :data:`_PHASES`)."""
+    status = Path(job["status"])
+    fresh = status.with_suffix(".new")
+    fresh.write_text(phase)
+    fresh.replace(status)
+
+
 def _work(job: dict[str, Any], start: float) -> int:
     """Do a worker's job, after its script's first imports (from ``start``).
 
     Unpickle the model, compile it, sample, write the result; return the
-    exit status.
+    exit status. Interrupted (SIGINT, from the parent) while sampling, nutpie
+    returns the trace so far, which is written as the result, marked; any
+    earlier, the worker exits with status 130 and no result; any later, the
+    interrupt is ignored and the whole result written.
     """
+    interrupted = []
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_interrupt)
     try:
         import cloudpickle
         import nutpie
 
+        _say(job, "compiling")
         model, compile_kwargs, sample_kwargs = cloudpickle.loads(
             Path(job["model"]).read_bytes()
         )
@@ -565,9 +734,12 @@ def _work(job: dict[str, Any], start: float) -> int:
         compiled = nutpie.compile_pymc_model(model, **compile_kwargs)
         seconds["compile"] = time.perf_counter() - before
         before = time.perf_counter()
+        _say(job, "first call")
         if _call_log_density_once(compiled):
             seconds["first call"] = time.perf_counter() - before
+        _say(job, "sampling")
         before, started = time.perf_counter(), time.time()
+        # nutpie catches the KeyboardInterrupt and returns the trace so far.
         trace = nutpie.sample(
             compiled,
             chains=job["chains"],
@@ -576,6 +748,8 @@ def _work(job: dict[str, Any], start: float) -> int:
             progress_bar=False,
             **sample_kwargs,
         )
+        signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+        _say(job, "writing its result")
         seconds["sampling"] = time.perf_counter() - before
         sampled = (started, time.time())
         if _is_pymc_model(model):
@@ -593,10 +767,14 @@ def _work(job: dict[str, Any], start: float) -> int:
                     "seconds": seconds,
                     "affinity": affinity,
                     "sampled": sampled,
+                    "interrupted": bool(interrupted),
                 }
             )
         )
         partial.replace(result)
+    except KeyboardInterrupt:
+        print("sample_in_processes worker: interrupted before sampling", flush=True)
+        return 130
     except BaseException:
         traceback.print_exc()
         return 1

@@ -52,6 +52,7 @@ ENTRIES: dict[str, str] = {
     ),
     # The fingerprints' use of jax.jit's options.
     "JitInfo fields fun_sourceinfo, fun_signature": "jit options without locations",
+    "jax._src.lru_cache.LRUCache.put (path, _CACHE_SUFFIX)": "atomic XLA cache writes",
 }
 
 #: The releases the entries were last checked against.
@@ -103,6 +104,24 @@ def jax_started() -> bool:
 
     started = getattr(xla_bridge, "backends_are_initialized", None)
     return True if started is None else bool(started())
+
+
+def persistent_cache_class() -> tuple[type, str] | None:
+    """Return JAX's on-disk compilation cache class and its entries' file suffix,
+    or None when they moved.
+
+    Its ``put(key, value)`` writes ``self.path / (key + suffix)`` in place;
+    :mod:`pytensor.compile.jax_ofg_xla_cache` makes that write atomic.
+    """
+    try:
+        from jax._src import lru_cache
+    except ImportError:
+        return None
+    cls = getattr(lru_cache, "LRUCache", None)
+    suffix = getattr(lru_cache, "_CACHE_SUFFIX", None)
+    if cls is None or not isinstance(suffix, str) or not callable(cls.put):
+        return None
+    return cls, suffix
 
 
 def prepend_to_runtime_error(error: BaseException, line: str) -> None:

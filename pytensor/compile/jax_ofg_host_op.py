@@ -21,7 +21,7 @@ from pytensor.compile import jax_ofg_trace_cache as trace_cache
 from pytensor.compile.jax_ofg_errors import report, runtime_error_counts
 from pytensor.compile.jax_ofg_fingerprints import Undescribable, fingerprint_or_raise
 from pytensor.compile.jax_ofg_packing import DtypePacking, Plan
-from pytensor.compile.jax_ofg_programs import Program
+from pytensor.compile.jax_ofg_programs import Program, host_device_name
 from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.op import HasMultipleInnerGraph, is_thunk_type
 from pytensor.graph.traversal import apply_ancestors
@@ -97,7 +97,8 @@ class JaxHostOp:
         Looked up when a function is compiled, never per call: by the op
         without :attr:`copied_outputs` (how the host call hands outputs on)
         and what its wrapped functions compute now (a global edited since
-        gives another program). The op stays in the key: two functions that
+        gives another program), and the device it runs on (the flag
+        ``jax_ofg__host_device``). The op stays in the key: two functions that
         describe alike may still hold different objects (a callback's
         target). A program with a trace the trace cache did not keep is
         replaced: what that trace depended on was not seen.
@@ -109,7 +110,7 @@ class JaxHostOp:
             names = ", ".join(self.wrapped_function_names())
             trace_cache.uncached(names, "program", str(error))
             return self._new_program(None)
-        key = (base, op_print)
+        key = (base, op_print, host_device_name())
         program = PROGRAMS.peek(key)
         if program is None or not program.is_current():
             program = self._new_program(base)

@@ -1,8 +1,11 @@
 """The jitted program of a host-called op, traced once across processes.
 
 :class:`Program` asks the trace cache before JAX traces: a hit calls the
-exported program; a miss traces, exports, stores and calls the export.
-Registers nothing.
+exported program; a miss traces, exports, stores and calls the export. It
+runs on the device the flag ``jax_ofg__host_device`` names (the CPU unless
+the user says otherwise: :func:`host_device`). Registers nothing itself:
+:func:`pytensor.compile.jax_ofg.install` adds the flag
+(:func:`add_config_flag`). The guide, "Faults, interrupts and devices".
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pytensor import config
 from pytensor.compile import jax_ofg_trace_cache as trace_cache
 from pytensor.compile.jax_ofg_checks import (
     NotFlaggable,
@@ -25,9 +29,65 @@ from pytensor.compile.jax_ofg_checks import (
     raise_if_failed,
 )
 from pytensor.compile.jax_ofg_packing import DtypePacking
+from pytensor.configparser import StrParam
 
 
-__all__ = ["Program", "static_value"]
+__all__ = [
+    "Program",
+    "add_config_flag",
+    "host_device",
+    "host_device_name",
+    "static_value",
+]
+
+
+def add_config_flag() -> None:
+    """Add the PyTensor flag ``jax_ofg__host_device`` (default ``"cpu"``)."""
+    if not hasattr(config, "jax_ofg__host_device"):
+        config.add(
+            "jax_ofg__host_device",
+            "The device that runs pytensor-jax-ofg's programs in host calls (every "
+            "linker but JAX's: NumPy arrays in and out per call): 'cpu' (JAX's "
+            "first CPU device), 'default' (JAX's default device, as under "
+            "mode='JAX'), or a platform and an optional index, e.g. 'gpu', "
+            "'cuda:1', 'cpu:1'. Read when a function is compiled.",
+            StrParam("cpu"),
+            in_c_key=False,
+        )
+
+
+def host_device() -> jax.Device | None:
+    """Return the device host calls run their programs on; None: JAX's default.
+
+    From the flag ``jax_ofg__host_device``, read when a program is made
+    (when a function is compiled).
+    """
+    value = str(getattr(config, "jax_ofg__host_device", "cpu")).strip().lower()
+    if value == "default":
+        return None
+    platform, _, index = value.partition(":")
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError as error:
+        platforms = sorted({d.platform for d in jax.devices()} | {"cpu"})
+        raise ValueError(
+            f"jax_ofg__host_device={value!r}: JAX has no {platform!r} device here "
+            f"({error}). Set it to 'cpu', 'default' or a platform JAX has "
+            f"({', '.join(platforms)}), with an optional ':index'"
+        ) from None
+    if not index:
+        return devices[0]
+    if not index.isdigit() or int(index) >= len(devices):
+        raise ValueError(
+            f"jax_ofg__host_device={value!r}: JAX has {len(devices)} {platform} "
+            f"device(s), numbered 0 to {len(devices) - 1}"
+        )
+    return devices[int(index)]
+
+
+def host_device_name() -> str:
+    """Return the flag's value, as a key: programs differ by device."""
+    return str(getattr(config, "jax_ofg__host_device", "cpu")).strip().lower()
 
 
 def static_value(x: Any) -> int | tuple[int, ...]:
@@ -113,6 +173,15 @@ class Program:
         self.static = tuple(static)
         self.key = key
         self.name = name
+        #: where it runs (None: JAX's default device, wherever the inputs are)
+        self.device = host_device()
+        placed = (
+            {}
+            if self.device is None
+            else dict.fromkeys(
+                ("in_shardings", "out_shardings"), _single_device(self.device)
+            )
+        )
         #: output shapes by input signature, from the traces that served them
         self.output_shapes: dict[tuple, tuple] = {}
         #: why a trace of this program was not kept (None: every one was)
@@ -137,9 +206,9 @@ class Program:
             return packing.pack(outputs)
 
         self._function = recorded
-        self.raising = jax.jit(recorded, static_argnums=self.static)
+        self.raising = jax.jit(recorded, static_argnums=self.static, **placed)
         self._serving = (
-            jax.jit(self._traced_or_loaded, static_argnums=self.static)
+            jax.jit(self._traced_or_loaded, static_argnums=self.static, **placed)
             if key is not None and trace_cache.mode() != "off"
             else self.raising
         )
@@ -241,7 +310,7 @@ class Program:
         with trace_cache.unproven_traces() as unproven:
             entry = trace_cache.cached(
                 "program",
-                (self.key, avals, statics),
+                (self.key, avals, statics, self._platform()),
                 lambda: self._export(specs),
                 name=self.name,
                 differs=_differs,
@@ -261,6 +330,15 @@ class Program:
             return raise_if_failed(outputs, failed)
         return outputs
 
+    def _platform(self) -> str:
+        """Return the platform the program is lowered for (exports are per platform)."""
+        device = self.device
+        if device is None:
+            device = jax.config.jax_default_device or jax.devices()[0]
+            if isinstance(device, str):  # JAX's flag may name a platform
+                device = jax.devices(device)[0]
+        return device.platform
+
     def _export(self, specs: Sequence[Any]) -> Exported | NotExportable:
         function, dynamic_specs = self._of_dynamic(specs)
         self._exporting += 1
@@ -279,10 +357,20 @@ class Program:
                     outputs, failed = checked(*dynamic)
                     return (*outputs, failed)
 
-            exported = jax.export.export(jax.jit(program))(*dynamic_specs)
+            exported = jax.export.export(
+                jax.jit(program), platforms=[self._platform()]
+            )(*dynamic_specs)
             serialized = bytes(exported.serialize())
         except NotFlaggable as error:
             return NotExportable(f"it holds {error}, which jax.export cannot keep")
         except Exception as error:  # another refusal, or no flatbuffers
             return NotExportable(f"jax.export refused it: {type(error).__name__}")
         return Exported(serialized, output_shapes, flagged)
+
+
+def _single_device(device: jax.Device) -> Any:
+    """Return the sharding that puts a jitted program's inputs and outputs on ``device``."""
+    make = getattr(jax.sharding, "make_single_device_sharding", None)
+    if make is not None:
+        return make(device)
+    return jax.sharding.SingleDeviceSharding(device)

@@ -397,13 +397,26 @@ def _write(key: str, kind: str, entry: Entry) -> bool:
         data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return False
+    temporary = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(handle, "wb") as file:
             file.write(data)
         os.replace(temporary, path)
-    except OSError:
+    except OSError as error:  # a full disk, a quota, a folder removed meanwhile
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+        LOGGER.debug(
+            "trace cache: %s entry %s not written to %s (%s: %s); the run goes on "
+            "with it in memory only",
+            kind,
+            key,
+            path.parent,
+            type(error).__name__,
+            error,
+        )
         return False
     _prune(path.parent)
     return True
@@ -417,17 +430,26 @@ def _entries(folder: Path) -> list[os.DirEntry]:
         return []
 
 
+def _stats(folder: Path) -> list[tuple[os.DirEntry, os.stat_result]]:
+    """Return the folder's entries with their stats, but for those another
+    process removed meanwhile."""
+    found = []
+    for entry in _entries(folder):
+        with contextlib.suppress(OSError):
+            found.append((entry, entry.stat()))
+    return found
+
+
 def _prune(folder: Path) -> None:
     """Remove the oldest entries until the folder holds at most :data:`MAX_BYTES`."""
-    entries = _entries(folder)
-    total = sum(e.stat().st_size for e in entries)
+    entries = _stats(folder)
+    total = sum(stat.st_size for _, stat in entries)
     if total <= MAX_BYTES:
         return
-    for entry in sorted(entries, key=lambda e: e.stat().st_mtime):
+    for entry, stat in sorted(entries, key=lambda e: e[1].st_mtime):
         with contextlib.suppress(OSError):
-            size = entry.stat().st_size
             os.unlink(entry.path)
-            total -= size
+            total -= stat.st_size
         if total <= MAX_BYTES:
             return
 
@@ -447,7 +469,7 @@ def trace_cache_info() -> dict[str, Any]:
      'uncached_functions', 'verified']
     """
     folder = trace_cache_dir()
-    entries = [] if folder is None else _entries(folder)
+    entries = [] if folder is None else _stats(folder)
     with _LOCK:
         counts = {k: _COUNTS[k] for k in ("hits", "misses", "verified")}
         counts["uncached"] = _COUNTS["uncached"]
@@ -456,7 +478,7 @@ def trace_cache_info() -> dict[str, Any]:
         "mode": mode(),
         "path": None if folder is None else str(folder),
         "entries": len(entries),
-        "bytes": sum(e.stat().st_size for e in entries),
+        "bytes": sum(stat.st_size for _, stat in entries),
         **counts,
         "uncached_functions": reasons,
     }

@@ -3,19 +3,29 @@
 JAX's persistent compilation cache, in ``compiledir/jax_ofg_xla`` unless the
 user configured JAX's cache or switched it or ``jax_ofg__xla_cache`` off.
 Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
-flag (:func:`add_config_flag`) and calls :func:`configure_xla_cache`. The
-guide, "Start-up: cached like the rest of PyTensor".
+flag (:func:`add_config_flag`), calls :func:`configure_xla_cache` and
+:func:`write_entries_atomically`. The guide, "Start-up: cached like the rest
+of PyTensor" and "Faults, interrupts and devices".
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
 import os
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
 
 from pytensor import config
+from pytensor.compile import jax_ofg_compat
 from pytensor.configparser import BoolParam
+
+
+LOGGER = logging.getLogger("pytensor.compile.jax_ofg")
 
 
 #: JAX's ``jax_persistent_cache_min_compile_time_secs`` when this package
@@ -69,3 +79,70 @@ def configure_xla_cache() -> Path | None:
             "jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS
         )
     return path
+
+
+def write_entries_atomically() -> bool:
+    """Make JAX's persistent cache write each entry whole or not at all.
+
+    JAX writes an entry in place: a full disk, a quota or a process killed
+    mid-write leaves a truncated entry, which every later process fails to
+    read (a warning) and, since JAX never writes over an entry, never
+    replaces. Patched, an entry is written to a temporary file in the cache
+    folder and renamed into place; a write that fails (``OSError``) leaves
+    nothing behind, and the program runs uncached, the reason in the debug
+    log of ``pytensor.compile.jax_ofg``. Written over rather than skipped, an
+    entry that could not be read is replaced by the freshly compiled one.
+    Returns whether the patch is in place (not when JAX's cache class moved:
+    JAX's own writes then).
+    """
+    found = jax_ofg_compat.persistent_cache_class()
+    if found is None:
+        return False
+    cls, suffix = found
+    return jax_ofg_compat.patch_method(
+        cls, "put", "_jax_ofg_atomic", lambda put: _atomic_put(put, suffix)
+    )
+
+
+def _atomic_put(put: Callable, suffix: str) -> Callable:
+    @functools.wraps(put)
+    def atomic_put(self, key: str, value: bytes) -> None:
+        if getattr(self, "eviction_enabled", True) or not key:
+            # JAX's size-bounded cache keeps its own bookkeeping under a lock.
+            _guarded_put(put, self, key, value, suffix)
+            return
+        folder = Path(self.path)
+        temporary = None
+        try:
+            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".jax_ofg-")
+            with os.fdopen(handle, "wb") as file:
+                file.write(value)
+            os.replace(temporary, folder / f"{key}{suffix}")
+        except OSError as error:
+            if temporary is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+            _not_written(key, folder, error)
+
+    return atomic_put
+
+
+def _guarded_put(put: Callable, cache, key: str, value: bytes, suffix: str) -> None:
+    """JAX's own write; if it fails, remove what it wrote of the entry."""
+    try:
+        put(cache, key, value)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            os.unlink(Path(cache.path) / f"{key}{suffix}")
+        _not_written(key, Path(cache.path), error)
+
+
+def _not_written(key: str, folder: Path, error: OSError) -> None:
+    LOGGER.debug(
+        "XLA cache: the compiled program %s was not written to %s (%s: %s); "
+        "it runs, and a later process compiles it again",
+        key,
+        folder,
+        type(error).__name__,
+        error,
+    )

@@ -283,6 +283,17 @@ def test_traces_of_different_draws_are_not_merged():
         merge_chains([trace(1, 0.0, draws=4), trace(1, 0.0, draws=5)])
 
 
+def test_interrupted_traces_of_different_draws_are_merged_padded_with_nan():
+    short, long = trace(1, 0.0, draws=3), trace(2, 100.0, draws=5)
+    merged = merge_chains([short, long], ragged=True)
+    mu = merged.posterior["mu"].values
+    assert mu.shape[:2] == (3, 5)
+    np.testing.assert_array_equal(mu[0, :3], short.posterior["mu"].values[0])
+    assert np.isnan(mu[0, 3:]).all()
+    np.testing.assert_array_equal(mu[1:], long.posterior["mu"].values)
+    assert merged.sample_stats["n_steps"].shape == (3, 5)
+
+
 def test_the_merged_trace_keeps_the_first_workers_data_and_the_sampling_span(
     monkeypatch,
 ):

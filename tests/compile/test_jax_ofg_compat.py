@@ -458,6 +458,28 @@ def _check_linalg_lowerings() -> None:
     )
 
 
+def _check_persistent_cache_class() -> None:
+    import inspect
+    import tempfile
+    from pathlib import Path
+
+    found = compat.persistent_cache_class()
+    _require(found is not None, "jax._src.lru_cache.LRUCache", "is gone")
+    cls, suffix = found
+    _check_method("LRUCache.put", cls, "put", ["self", "key", "value"])
+    with tempfile.TemporaryDirectory() as folder:
+        cache = cls(folder, max_size=-1)
+        cache.put("k", b"entry")
+        _require(
+            isinstance(cache.path, Path)
+            and (Path(folder) / f"k{suffix}").read_bytes() == b"entry"
+            and cache.get("k") == b"entry"
+            and "self.lock" in inspect.getsource(cls.put.__wrapped__),
+            "jax._src.lru_cache.LRUCache.put (path, _CACHE_SUFFIX)",
+            "no longer writes self.path / (key + _CACHE_SUFFIX) under self.lock",
+        )
+
+
 #: The check of each entry of ``jax_ofg_compat.ENTRIES``.
 CHECKS = {
     "jax._src.tree_util._registry": _check_pytree_registry,
@@ -488,6 +510,7 @@ CHECKS = {
     "lu_pivots_to_permutation_p, triangular_solve_p, cholesky_p)": _check_linalg_lowerings,
     # The fingerprints' use of jax.jit's options.
     "JitInfo fields fun_sourceinfo, fun_signature": _check_jit_options,
+    "jax._src.lru_cache.LRUCache.put (path, _CACHE_SUFFIX)": _check_persistent_cache_class,
 }
 
 

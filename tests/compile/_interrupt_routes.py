@@ -1,0 +1,221 @@
+"""A child process for the Ctrl-C tests: one fit by one route, interrupted.
+
+``python -m _interrupt_routes ROUTE ops|plain`` builds a tiny model (``x``, two
+standard normals, and a potential ``-|x|^2 / 2``: posterior N(0, 1/2) each),
+with the potential computed by a wrapped JAX function (``ops``) or by
+PyTensor (``plain``), and fits it by ROUTE with far more draws than can be
+made before the test's SIGINT. It prints ``SAMPLING`` when sampling starts
+(after compilation), then one JSON line: what the interrupted fit gave
+(``returned`` with the draws made, or the exception raised), the child
+processes left after it, and a second, short fit of the same route in the
+same process (its posterior mean and standard deviation).
+
+Module-level functions, so that worker processes import them by name.
+"""
+
+import json
+import logging
+import os
+import sys
+import time
+import warnings
+
+
+SLOW_DRAWS = 10**6
+#: numpyro's draws, all in one XLA program, which an interrupt does not stop.
+NUMPYRO_DRAWS = 20_000
+#: SMC's particles per chain: its stages outlast the interrupt.
+SMC_DRAWS = 20_000
+
+
+def build_model(ops: bool = True):
+    import jax.numpy as jnp
+    import pymc as pm
+
+    import pytensor.tensor as pt
+    from pytensor.compile.jax_ofg import as_jax_op
+
+    with pm.Model() as model:
+        x = pm.Normal("x", 0.0, 1.0, shape=2)
+        if ops:
+            pm.Potential("p", as_jax_op(lambda v: -0.5 * jnp.sum(v**2))(x))
+        else:
+            pm.Potential("p", -0.5 * pt.sum(x**2))
+    return model
+
+
+def build_with_ops():
+    return build_model(True)
+
+
+def build_plain():
+    return build_model(False)
+
+
+def _marker() -> None:
+    print("SAMPLING", flush=True)
+
+
+def _children() -> list[int]:
+    """The pids of this process's live children (Linux's /proc), but for
+    multiprocessing's forkserver and resource tracker, which stay by design.
+    """
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as file:
+                    fields = file.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) != me or fields[0] == "Z":
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as file:
+                    command = file.read()
+            except OSError:
+                continue
+            if b"forkserver" not in command and b"resource_tracker" not in command:
+                found.append(int(entry))
+    return found
+
+
+def _fit(route: str, ops: bool, draws: int, first: bool):
+    import pymc as pm
+
+    builder = build_with_ops if ops else build_plain
+    common = {
+        "chains": 2,
+        "tune": 100,
+        "draws": draws,
+        "random_seed": 1,
+        "progressbar": False,
+    }
+    if route == "nutpie":
+        import nutpie
+
+        original = nutpie.sample
+
+        def sample(*args, **kwargs):
+            if first:
+                _marker()
+            return original(*args, **kwargs)
+
+        nutpie.sample = sample
+        try:
+            with builder():
+                return pm.sample(nuts_sampler="nutpie", cores=2, **common)
+        finally:
+            nutpie.sample = original
+    if route == "pymc":
+        seen = []
+
+        def callback(trace, draw):
+            if first and not seen:
+                seen.append(draw)
+                _marker()
+
+        with builder():
+            return pm.sample(nuts_sampler="pymc", cores=2, callback=callback, **common)
+    if route == "processes":
+        from pytensor.compile.jax_ofg_chain_processes import sample_in_processes
+
+        sampling = set()
+
+        class Watch(logging.Handler):
+            def emit(self, record):
+                message = record.getMessage()
+                if message.endswith(" sampling"):
+                    sampling.add(message)
+                    if first and len(sampling) == 2:
+                        _marker()
+
+        logger = logging.getLogger("pytensor.compile.jax_ofg")
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(Watch())
+        return sample_in_processes(
+            builder, chains=2, cores=2, seed=1, tune=100, draws=draws, timeout=300
+        )
+    if route == "numpyro":
+        # One XLA program samples: Python sees the interrupt when it ends.
+        import numpyro.infer
+
+        original = numpyro.infer.MCMC.run
+
+        def run(self, *args, **kwargs):
+            if first:
+                _marker()
+            return original(self, *args, **kwargs)
+
+        numpyro.infer.MCMC.run = run
+        common["draws"] = min(draws, NUMPYRO_DRAWS)
+        try:
+            with builder():
+                return pm.sample(
+                    nuts_sampler="numpyro",
+                    nuts={"chain_method": "sequential"},
+                    **common,
+                )
+        finally:
+            numpyro.infer.MCMC.run = original
+    if route == "smc":
+        import pymc.smc.sampling as smc
+
+        original = smc.ParallelSMCSampler
+
+        class Marked(original):
+            def __enter__(self):
+                if first:
+                    _marker()
+                return super().__enter__()
+
+        smc.ParallelSMCSampler = Marked
+        try:
+            with builder():
+                return pm.sample_smc(
+                    draws=min(draws, SMC_DRAWS),
+                    chains=2,
+                    cores=2,
+                    random_seed=1,
+                    progressbar=False,
+                )
+        finally:
+            smc.ParallelSMCSampler = original
+    raise ValueError(route)
+
+
+def _posterior_draws(trace):
+    import numpy as np
+
+    posterior = trace.posterior if hasattr(trace, "posterior") else trace["posterior"]
+    values = np.asarray(posterior["x"].values, dtype=float)
+    return values[~np.isnan(values).any(axis=-1)]
+
+
+def main(route: str, ops: bool) -> None:
+    outcome = {"route": route, "ops": ops}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            trace = _fit(route, ops, SLOW_DRAWS, first=True)
+        except BaseException as error:
+            outcome["outcome"] = f"raised {type(error).__name__}"
+        else:
+            outcome["outcome"] = "returned"
+            outcome["draws"] = len(_posterior_draws(trace))
+    outcome["warnings"] = sorted({type(w.message).__name__ for w in caught})
+    deadline = time.monotonic() + 20
+    while _children() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    outcome["children"] = len(_children())
+    again = _posterior_draws(_fit(route, ops, 300, first=False))
+    outcome["again"] = {
+        "draws": len(again),
+        "mean": again.mean(axis=0).tolist(),
+        "sd": again.std(axis=0).tolist(),
+    }
+    print(json.dumps(outcome), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2] == "ops")
