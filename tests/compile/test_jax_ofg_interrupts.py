@@ -85,6 +85,7 @@ def folder(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.signals
 @pytest.mark.parametrize("route", ["nutpie", "processes", "pymc", "numpyro", "smc"])
 def test_ctrl_c_during_draws_gives_what_the_route_gives_without_the_ops(route, folder):
     plain = interrupted_fit(route, False, folder)
