@@ -133,7 +133,9 @@ def install() -> None:
        start method for models holding JAX ops; the fork check of functions
        compiled with ``mode="JAX"``; nutpie's Numba backend calls a model
        holding JAX ops through host callbacks, not a ``numba.cfunc`` it
-       would compile in every process (:mod:`~pytensor.compile.jax_ofg_nutpie`).
+       would compile in every process, and adapts its mass matrix from
+       the draws' variances (``adaptation="draw_diag"``) unless told
+       otherwise (:mod:`~pytensor.compile.jax_ofg_nutpie`).
     7. **Start-up**: the PyTensor flags ``jax_ofg__xla_cache`` (JAX's
        persistent compilation cache under PyTensor's ``compiledir``) and
        ``jax_ofg__trace_cache`` (traces kept in memory and on disk, next to

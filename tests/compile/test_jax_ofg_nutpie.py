@@ -296,3 +296,29 @@ def test_nutpie_cfunc_options_keep_nutpies_path(model):
     assert status == 0
     np.testing.assert_allclose(logp, value, rtol=1e-10)
     np.testing.assert_allclose(gradient, grad, rtol=1e-7, atol=1e-10)
+
+
+def _mass_matrix_from_gradients(idata) -> bool:
+    """Whether nutpie's recorded settings adapted the mass matrix with gradients."""
+    import json
+
+    settings = json.loads(idata.sample_stats.attrs["inference_library_settings"])
+    return settings["settings"]["adapt_options"]["mass_matrix_options"][
+        "use_grad_based_estimate"
+    ]
+
+
+@pytest.mark.parametrize("holds_jax_ops", [True, False])
+def test_models_holding_jax_ops_adapt_from_the_draws_unless_told(holds_jax_ops):
+    shift = as_jax_op(lambda x: jnp.sin(x) + x, name="shift")
+    with pm.Model():
+        x = pm.Normal("x", shape=2)
+        mu = shift(x) if holds_jax_ops else pt.sin(x) + x
+        pm.Normal("y", mu, 1.0, observed=np.zeros(2))
+        kwargs = {"draws": 20, "tune": 20, "chains": 1, "progressbar": False}
+        default = pm.sample(random_seed=1, **kwargs)
+        chosen = pm.sample(random_seed=1, nuts={"adaptation": "diag"}, **kwargs)
+    # draw_diag: Stan's rule, the draws' variances alone (DEFAULT_ADAPTATION)
+    assert _mass_matrix_from_gradients(default) is not holds_jax_ops
+    # the caller's choice wins
+    assert _mass_matrix_from_gradients(chosen) is True

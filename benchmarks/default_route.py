@@ -1,0 +1,212 @@
+"""The default route over seeds: does ``pm.sample()`` converge on a ported Stan ODE model?
+
+For each model and each setting, ``pm.sample()`` (nutpie, PyMC's default;
+4 chains of 1000 + 1000, ``cores=2``) with seeds 0..N-1 in one process (the
+model compiled once per setting, PyTensor's and XLA's caches warm), and per
+fit: the worst R-hat and smallest bulk ESS over the parameters, whether a
+chain is stuck (its own R-hat against the others above 1.1, or fewer than 5
+distinct draws), divergences, gradients per draw and the sampling time.
+
+Models: ``lv`` (``examples/stan_ode.py`` as written: ``pm.sample(initvals=
+PRIOR_LOCATIONS)``), ``pk`` (``benchmarks/_pk_model.py``, ``diffrax.Kvaerno5()``,
+forward mode). Settings: ``nutpie`` (nutpie's own defaults) and
+``draw_diag`` (``nuts={"adaptation": "draw_diag"}``, the mass matrix from
+the draws' variances, as Stan adapts it).
+
+Run::
+
+    .venv/bin/python benchmarks/default_route.py --models lv --seeds 10
+
+Writes ``benchmarks/results/default_route.md`` and the fits as
+``default_route.json`` (a run of some models replaces their stored fits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE.parent / "examples"), str(HERE)]
+os.environ.setdefault("EQX_ON_ERROR", "nan")  # as the examples
+
+import numpy as np  # noqa: E402
+from _timing import machine_header, markdown_table, median  # noqa: E402
+
+import conftest  # noqa: E402, F401  (the checkout's modules)
+
+
+SETTINGS = {
+    "nutpie": {},
+    "draw_diag": {"nuts": {"adaptation": "draw_diag"}},
+}
+
+
+def model_and_kwargs(name: str):
+    """The PyMC model and ``pm.sample``'s arguments as the example writes them."""
+    if name == "lv":
+        import stan_ode
+
+        return stan_ode.build_model(), {"initvals": stan_ode.PRIOR_LOCATIONS}
+    import _pk_model as pk
+
+    from pytensor.compile.jax_ofg import as_jax_op
+
+    return pk.build_model(as_jax_op(pk.solve_forward_mode, name="pk_solve")), {}
+
+
+def summary(idata, seconds: float) -> dict:
+    import arviz as az
+
+    posterior = idata.posterior
+    rhat = az.rhat(posterior)
+    ess = az.ess(posterior, method="bulk")
+    worst_rhat = max(float(np.nanmax(rhat[v].values)) for v in rhat.data_vars)
+    min_ess = min(float(np.nanmin(ess[v].values)) for v in ess.data_vars)
+    stuck = 0
+    chains = posterior.sizes["chain"]
+    for chain in range(chains):
+        others = [c for c in range(chains) if c != chain]
+        for v in posterior.data_vars:
+            values = posterior[v].values
+            own = values[chain].reshape(values.shape[1], -1)
+            if np.any([len(np.unique(col)) < 5 for col in own.T]):
+                stuck += 1
+                break
+            rest = values[others].reshape(len(others) * values.shape[1], -1)
+            spread = rest.std(axis=0) + 1e-12
+            if np.any(np.abs(own.mean(axis=0) - rest.mean(axis=0)) / spread > 3):
+                stuck += 1
+                break
+    stats = idata.sample_stats
+    steps = stats["n_steps"].values if "n_steps" in stats else stats["tree_size"].values
+    return {
+        "rhat": worst_rhat,
+        "ess": min_ess,
+        "stuck": stuck,
+        "divergences": int(stats["diverging"].values.sum()),
+        "gradients_per_draw": float(np.mean(steps)),
+        "seconds": seconds,
+    }
+
+
+def run(name: str, setting: str, seeds: int, chains: int, length: int) -> list[dict]:
+    import pymc as pm
+
+    model, kwargs = model_and_kwargs(name)
+    with model:  # compile once, untimed: the fits below find every cache warm
+        pm.sample(draws=10, tune=10, chains=1, progressbar=False, **kwargs)
+    fits = []
+    for seed in range(seeds):
+        with model:
+            start = time.perf_counter()
+            idata = pm.sample(
+                draws=length,
+                tune=length,
+                chains=chains,
+                cores=2,
+                random_seed=seed,
+                progressbar=False,
+                **kwargs,
+                **SETTINGS[setting],
+            )
+            seconds = time.perf_counter() - start
+        fit = {
+            "model": name,
+            "setting": setting,
+            "seed": seed,
+            **summary(idata, seconds),
+        }
+        print(json.dumps(fit), flush=True)
+        fits.append(fit)
+    return fits
+
+
+def report(fits: list[dict], command: str) -> str:
+    import jax
+    import pymc
+
+    rows = []
+    for name in dict.fromkeys(f["model"] for f in fits):
+        for setting in SETTINGS:
+            group = [f for f in fits if f["model"] == name and f["setting"] == setting]
+            if not group:
+                continue
+            converged = sum(f["rhat"] <= 1.01 and f["stuck"] == 0 for f in group)
+            rows.append(
+                [
+                    name,
+                    setting,
+                    f"{converged} of {len(group)}",
+                    f"{max(f['rhat'] for f in group):.3f}",
+                    f"{median([f['ess'] for f in group]):.0f}",
+                    f"{median([f['gradients_per_draw'] for f in group]):.1f}",
+                    f"{median([f['seconds'] for f in group]):.1f}",
+                    f"{median([f['ess'] / f['seconds'] for f in group]):.0f}",
+                    sum(f["divergences"] for f in group),
+                ]
+            )
+    return "\n".join(
+        [
+            "# The default route over seeds: `pm.sample()` on ported Stan ODE models\n",
+            f"Command: `{command}`\n",
+            machine_header({"JAX": jax.__version__, "PyMC": pymc.__version__}) + "\n",
+            "4 chains of 1000 + 1000, `cores=2`, one fit per seed; converged: worst "
+            "R-hat at most 1.01 and no stuck chain. Seconds: `pm.sample()` in a "
+            "process that compiled the model before (caches warm).\n",
+            markdown_table(
+                [
+                    "model",
+                    "setting",
+                    "converged",
+                    "worst R-hat",
+                    "median min bulk ESS",
+                    "gradients per draw",
+                    "seconds per fit",
+                    "ESS/s",
+                    "divergences (all fits)",
+                ],
+                rows,
+                numeric_from=2,
+            )
+            + "\n",
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="*", default=["lv", "pk"])
+    parser.add_argument("--settings", nargs="*", default=list(SETTINGS))
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--length", type=int, default=1000)
+    parser.add_argument(
+        "--output", type=Path, default=HERE / "results" / "default_route.md"
+    )
+    args = parser.parse_args()
+
+    stored_path = args.output.with_suffix(".json")
+    stored = json.loads(stored_path.read_text()) if stored_path.exists() else []
+    fits = [f for f in stored if f["model"] not in args.models]
+    for name in args.models:
+        for setting in args.settings:
+            fits += run(name, setting, args.seeds, args.chains, args.length)
+            stored_path.write_text(json.dumps(fits, indent=1))
+    command = "python benchmarks/default_route.py " + " ".join(sys.argv[1:])
+    text = report(fits, command.strip())
+    print(text)
+    args.output.write_text(text)
+
+
+if __name__ == "__main__":
+    if sys.platform.startswith("linux"):
+        import multiprocessing
+
+        multiprocessing.set_start_method("forkserver", force=True)
+    main()
