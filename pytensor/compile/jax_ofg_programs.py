@@ -175,13 +175,6 @@ class Program:
         self.name = name
         #: where it runs (None: JAX's default device, wherever the inputs are)
         self.device = host_device()
-        placed = (
-            {}
-            if self.device is None
-            else dict.fromkeys(
-                ("in_shardings", "out_shardings"), _single_device(self.device)
-            )
-        )
         #: output shapes by input signature, from the traces that served them
         self.output_shapes: dict[tuple, tuple] = {}
         #: why a trace of this program was not kept (None: every one was)
@@ -206,13 +199,31 @@ class Program:
             return packing.pack(outputs)
 
         self._function = recorded
-        self.raising = jax.jit(recorded, static_argnums=self.static, **placed)
+        self.raising = self._placed(jax.jit(recorded, static_argnums=self.static))
         self._serving = (
-            jax.jit(self._traced_or_loaded, static_argnums=self.static, **placed)
+            self._placed(jax.jit(self._traced_or_loaded, static_argnums=self.static))
             if key is not None and trace_cache.mode() != "off"
             else self.raising
         )
         self._first_call_passed: bool | None = None
+
+    def _placed(self, jitted: Callable) -> Callable:
+        """Return ``jitted`` run on :attr:`device`: as it is on JAX's default device.
+
+        Elsewhere, under ``jax.default_device``: host inputs are uncommitted,
+        so the program runs where that says. (Input and output shardings would
+        do the same but annotate the program, and XLA then refuses equinox's
+        checks, host callbacks inside ``cond``, for inconsistent shardings.)
+        """
+        device = self.device
+        if device is None or device == _default_device():
+            return jitted
+
+        def on_device(*inputs: Any) -> Any:
+            with jax.default_device(device):
+                return jitted(*inputs)
+
+        return on_device
 
     def signature(self, inputs: Sequence[Any]) -> tuple:
         """Return what the program's trace depends on: input shapes, static input
@@ -332,12 +343,7 @@ class Program:
 
     def _platform(self) -> str:
         """Return the platform the program is lowered for (exports are per platform)."""
-        device = self.device
-        if device is None:
-            device = jax.config.jax_default_device or jax.devices()[0]
-            if isinstance(device, str):  # JAX's flag may name a platform
-                device = jax.devices(device)[0]
-        return device.platform
+        return (self.device or _default_device()).platform
 
     def _export(self, specs: Sequence[Any]) -> Exported | NotExportable:
         function, dynamic_specs = self._of_dynamic(specs)
@@ -368,9 +374,9 @@ class Program:
         return Exported(serialized, output_shapes, flagged)
 
 
-def _single_device(device: jax.Device) -> Any:
-    """Return the sharding that puts a jitted program's inputs and outputs on ``device``."""
-    make = getattr(jax.sharding, "make_single_device_sharding", None)
-    if make is not None:
-        return make(device)
-    return jax.sharding.SingleDeviceSharding(device)
+def _default_device() -> jax.Device:
+    """Return JAX's default device (its flag ``jax_default_device``, else the first)."""
+    device = jax.config.jax_default_device or jax.devices()[0]
+    if isinstance(device, str):  # JAX's flag may name a platform
+        device = jax.devices(device)[0]
+    return device

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from _fresh_process import run_script
+from _fresh_process import SERVE_HITS, run_script
 
 import pytensor
 import pytensor.tensor as pt
@@ -63,15 +63,52 @@ for flag in ("cpu", "cpu:1", "default"):
             if mode == "JAX":
                 seen = {str(d) for o in outputs for d in o.devices()}
             report[f"{flag} {mode}"] = sorted(seen)
+
+# A diffrax solve with equinox's checks (throw=True: host callbacks inside
+# cond), value and gradient, wherever the flag puts it.
+import diffrax
+
+
+@as_jax_op
+def decay(k):
+    solution = diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, k: -k * y), diffrax.Tsit5(), 0.0, 1.0, 0.1,
+        jnp.ones(2), args=k, saveat=diffrax.SaveAt(ts=jnp.linspace(0.5, 1.0, 3)),
+        stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+    )
+    return solution.ys[-1]
+
+
+k = pt.vector("k", shape=(2,))
+rates = np.array([1.0, 2.0])
+for flag in ("cpu", "cpu:1", "default"):
+    with pytensor.config.change_flags(jax_ofg__host_device=flag):
+        y = decay(k)
+        fn = pytensor.function([k], [y, pt.grad(pt.sum(y), k)])
+        value, gradient = fn(rates)
+        np.testing.assert_allclose(value, np.exp(-rates), rtol=1e-6)
+        np.testing.assert_allclose(gradient, -np.exp(-rates), rtol=1e-6)
+        report[f"{flag} checks"] = "solved"
 print(json.dumps(report))
 """
 
 
 @pytest.mark.slow
-def test_host_calls_run_on_the_cpu_unless_the_flag_names_a_device():
+@pytest.mark.parametrize("process", ["first", "second"])
+def test_host_calls_run_on_the_cpu_unless_the_flag_names_a_device(
+    process, tmp_path_factory
+):
+    # The second process is served by the first one's trace cache (a loaded
+    # export whose equinox checks raise through a callback in a cond).
+    folder = tmp_path_factory.getbasetemp() / "devices"
+    folder.mkdir(exist_ok=True)
     done = run_script(
         SCRIPT,
-        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+        folder,
+        env={
+            "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+            "PYTENSOR_FLAGS": f"base_compiledir={folder / 'compiledir'},{SERVE_HITS}",
+        },
         timeout=180,
     )
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -84,6 +121,7 @@ def test_host_calls_run_on_the_cpu_unless_the_flag_names_a_device():
         assert report[f"default {mode}"] == ["cpu:1"], report
     for flag in ("cpu", "cpu:1", "default"):  # mode="JAX" follows JAX's default
         assert report[f"{flag} JAX"] == ["cpu:1"], report
+        assert report[f"{flag} checks"] == "solved", report
 
 
 @pytest.mark.parametrize(
