@@ -55,7 +55,7 @@ def matrices(n: int) -> dict[str, np.ndarray]:
     }
 
 
-CASES = [(n, name) for n in (1, 2, 3, 5, 8) for name in matrices(n)]
+CASES = [(n, name) for n in (1, 2, 3, 5, 8, 10) for name in matrices(n)]
 
 
 @pytest.mark.parametrize(("n", "name"), CASES)
