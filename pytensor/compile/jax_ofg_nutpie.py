@@ -497,7 +497,8 @@ def patch_nutpie_module(module: ModuleType) -> bool:
 #: model of ``examples/stan_ode.py``, ``pm.sample()`` with nutpie's default
 #: (``"diag"``: draws and gradients) converged in 6 of 10 seeds (stuck chains,
 #: divergences), with ``"draw_diag"`` in 10 of 10, at about twice the ESS for
-#: 1.6 times the gradients (``benchmarks/default_route.py``).
+#: 1.6 times the gradients; on the stiff PK model 10 and 9 of 10 (R-hat 1.014),
+#: with more ESS (``benchmarks/default_route.py``).
 DEFAULT_ADAPTATION = "draw_diag"
 
 #: ``nutpie.sample`` arguments that choose the adaptation (``adaptation``, and
