@@ -4,13 +4,17 @@ A PyMC model whose ODE is a wrapped JAX function computes its likelihood in
 PyTensor. Without islands, the default (Numba) linker runs the forward op, the
 likelihood and its gradient in Numba, and the pullback as two XLA programs
 glued through the host; the ``jax_islands`` rewrite makes all of it one XLA
-program. Measured side by side in one run, for three models:
+program. Measured side by side in one run, for four models:
 
 * ``sir``: the issue's model: 8 knots of a cubic-interpolated transmission
   rate (a symbolic callable) inside a diffrax SIR solve (Tsit5 + PID, 50 daily
   saves), negative-binomial daily cases;
 * ``boarding_school``: Stan's SIR case study (``examples/boarding_school_sir.py``:
   diffrax ``Dopri5``, two rates, 14 daily counts);
+* ``sir_nested``: the same epidemic as a modeller nests it (issue #50): the
+  log-knots a PyTensor ``cumsum`` of PyMC increments, the interpolator a
+  closure built by one wrapped function and called in a second one's diffrax
+  solve, equinox's default checks on (``throw=True``, ``EQX_ON_ERROR`` unset);
 * ``seir``: the main job's model (``examples/seir_time_varying.py``).
 
 Per call of ``model.logp_dlogp_function()`` at the initial point (medians of
@@ -32,6 +36,7 @@ Run::
 
     .venv/bin/python benchmarks/islands.py            # ~10 minutes
     .venv/bin/python benchmarks/islands.py --quick    # ~4 minutes
+    .venv/bin/python benchmarks/islands.py --quick --models sir_nested --no-nutpie
 
 Results are printed and written to ``benchmarks/results/islands.md``
 (``islands_quick.md`` with ``--quick``).
@@ -329,15 +334,19 @@ def fixed_cost_table(args) -> str:
 
 
 # ------------------------------------------------------------------- main
+MODEL_NAMES = ["sir", "sir_nested", "boarding_school", "seir"]
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter runs")
+    parser.add_argument("--models", nargs="+", choices=MODEL_NAMES, default=None)
     parser.add_argument(
-        "--models", nargs="+", choices=["sir", "boarding_school", "seir"], default=None
+        "--no-nutpie", action="store_true", help="per call only: no nutpie runs"
     )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
-    args.models = args.models or ["sir", "boarding_school", "seir"]
+    args.models = args.models or MODEL_NAMES
     args.repeats = 9 if args.quick else 21
     args.batch_seconds = 0.1 if args.quick else 0.25
     args.draws = 100 if args.quick else 300
@@ -371,7 +380,8 @@ def main(argv=None) -> None:
             "wrap_jax": _models.MODELS[f"{name}_wrap_jax"](),
         }
         text, _ = per_call(name, models, args)
-        sections += [text, nutpie_sampling_table(models["ours"], args), ""]
+        sampling = "" if args.no_nutpie else nutpie_sampling_table(models["ours"], args)
+        sections += [text, sampling, ""]
         print("\n".join(sections[-3:]), flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(sections))
