@@ -6,6 +6,12 @@
   ``pytensor.wrap_jax`` (one function for interpolation and solve, as a
   ``wrap_jax`` user writes it); ``sir_pytensor``: the same epidemic in pure
   PyTensor (fixed-step RK4 in ``pytensor.scan``, linear interpolation).
+* ``sir_nested``: the same epidemic as a modeller nests it: the 8 log-knots
+  a PyTensor ``cumsum`` of PyMC increments, a closure over a cubic
+  interpolation built by one wrapped function and called inside a second
+  wrapped function's diffrax solve, left with equinox's default checks
+  (``throw=True``; ``EQX_ON_ERROR`` unset: ``raise``); ``sir_nested_wrap_jax``:
+  the same with ``pytensor.wrap_jax``.
 * ``seir``: the main job's model (``examples/seir_time_varying.py``);
   ``seir_wrap_jax``: the same with ``pytensor.wrap_jax``.
 """
@@ -143,6 +149,68 @@ def sir_pytensor(steps_per_day: int = 4) -> pm.Model:
     return sir_model(trajectory, SIR_OBSERVED)
 
 
+def sir_nested_rate_jax(knot_times, log_knots):
+    """A closure: ``beta(t)``, the exponential of a cubic interpolation."""
+    coefficients = diffrax.backward_hermite_coefficients(knot_times, log_knots)
+    log_rate = diffrax.CubicInterpolation(knot_times, coefficients)
+    return lambda t: jnp.exp(log_rate.evaluate(t))
+
+
+def sir_nested_solve_jax(beta, y0, days, gamma):
+    """As :func:`sir_solve_jax`, with diffrax's default ``throw=True``."""
+
+    def vector_field(t, y, args):
+        s, i = y
+        infections = beta(t) * s * i
+        return jnp.stack([-infections, infections - gamma * i])
+
+    solution = diffrax.diffeqsolve(
+        diffrax.ODETerm(vector_field),
+        diffrax.Tsit5(),
+        days[0],
+        days[-1],
+        0.1,
+        y0,
+        saveat=diffrax.SaveAt(ts=days),
+        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8),
+    )
+    return solution.ys
+
+
+sir_nested_rate = as_jax_op(sir_nested_rate_jax)
+sir_nested_solve = as_jax_op(sir_nested_solve_jax)
+
+
+def sir_nested_trajectory_wrap_jax(log_knots, gamma):
+    """``sir_nested`` as a ``pytensor.wrap_jax`` user writes it: one function."""
+    beta = sir_nested_rate_jax(SIR_KNOTS, log_knots)
+    return sir_nested_solve_jax(beta, SIR_Y0, SIR_DAYS, gamma)
+
+
+def sir_nested_model(trajectory_of: Callable) -> pm.Model:
+    with pm.Model() as model:
+        log_first = pm.Normal("log_first_knot", np.log(0.3), 0.3)
+        increments = pm.Normal("increments", 0.0, 0.1, shape=len(SIR_KNOTS) - 1)
+        log_knots = pt.cumsum(pt.concatenate([log_first[None], increments]))
+        gamma = pm.LogNormal("gamma", np.log(0.1), 0.2)
+        trajectory = trajectory_of(log_knots, gamma)
+        cases = 10_000.0 * (trajectory[:-1, 0] - trajectory[1:, 0])
+        pm.NegativeBinomial("cases", mu=cases, alpha=20.0, observed=SIR_OBSERVED)
+    return model
+
+
+def sir_nested() -> pm.Model:
+    return sir_nested_model(
+        lambda k, g: sir_nested_solve(
+            sir_nested_rate(SIR_KNOTS, k), SIR_Y0, SIR_DAYS, g
+        )
+    )
+
+
+def sir_nested_wrap_jax() -> pm.Model:
+    return sir_nested_model(pytensor.wrap_jax(sir_nested_trajectory_wrap_jax))
+
+
 def _seir_data():
     import seir_time_varying as seir
 
@@ -245,6 +313,8 @@ MODELS: dict[str, Callable[[], pm.Model]] = {
     "sir": sir,
     "sir_wrap_jax": sir_wrap_jax,
     "sir_pytensor": sir_pytensor,
+    "sir_nested": sir_nested,
+    "sir_nested_wrap_jax": sir_nested_wrap_jax,
     "seir": seir,
     "seir_wrap_jax": seir_wrap_jax,
     "boarding_school": boarding_school,

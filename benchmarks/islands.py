@@ -4,13 +4,17 @@ A PyMC model whose ODE is a wrapped JAX function computes its likelihood in
 PyTensor. Without islands, the default (Numba) linker runs the forward op, the
 likelihood and its gradient in Numba, and the pullback as two XLA programs
 glued through the host; the ``jax_islands`` rewrite makes all of it one XLA
-program. Measured side by side in one run, for three models:
+program. Measured side by side in one run, for four models:
 
 * ``sir``: the issue's model: 8 knots of a cubic-interpolated transmission
   rate (a symbolic callable) inside a diffrax SIR solve (Tsit5 + PID, 50 daily
   saves), negative-binomial daily cases;
 * ``boarding_school``: Stan's SIR case study (``examples/boarding_school_sir.py``:
   diffrax ``Dopri5``, two rates, 14 daily counts);
+* ``sir_nested``: the same epidemic as a modeller nests it (issue #50): the
+  log-knots a PyTensor ``cumsum`` of PyMC increments, the interpolator a
+  closure built by one wrapped function and called in a second one's diffrax
+  solve, equinox's default checks on (``throw=True``, ``EQX_ON_ERROR`` unset);
 * ``seir``: the main job's model (``examples/seir_time_varying.py``).
 
 Per call of ``model.logp_dlogp_function()`` at the initial point (medians of
@@ -18,9 +22,13 @@ interleaved batches): default linker with islands, without islands, the C VM
 with islands, ``mode="JAX"`` (the whole model as one XLA program, its dims
 frozen as numpyro and nutpie's JAX backend compile it: the target) and
 ``pytensor.wrap_jax`` (one wrapped function for interpolation and solve, as a
-``wrap_jax`` user writes it) in the default linker. Every candidate is
-first checked to give the same value and gradient, and its outputs are read
-as NumPy arrays, as a sampler reads them.
+``wrap_jax`` user writes it) in the default linker, all of one raveled point
+(``ravel_inputs=True``, as PyMC's samplers and nutpie compile it); and the
+default linker and ``mode="JAX"`` of one array per value variable (rows
+"unraveled": ``model.logp_dlogp_function()``'s default; their ratio is to
+``mode="JAX"`` unraveled). Every candidate is first checked to give the same
+value and gradient, and its outputs are read as NumPy arrays, as a sampler
+reads them.
 
 Also: the compile time (``pytensor.function`` and the first call, which traces
 and compiles XLA; the persistent XLA cache is off here) with and without
@@ -32,6 +40,7 @@ Run::
 
     .venv/bin/python benchmarks/islands.py            # ~10 minutes
     .venv/bin/python benchmarks/islands.py --quick    # ~4 minutes
+    .venv/bin/python benchmarks/islands.py --quick --models sir_nested --no-nutpie
 
 Results are printed and written to ``benchmarks/results/islands.md``
 (``islands_quick.md`` with ``--quick``).
@@ -110,20 +119,25 @@ def host_values(function: Callable) -> Callable:
     """``function`` with its outputs as NumPy arrays, as a sampler reads them:
     under the JAX linker they are JAX arrays, still being computed."""
 
-    def call(x: np.ndarray) -> list[np.ndarray]:
-        return [np.asarray(output) for output in function(x)]
+    def call(*inputs: np.ndarray) -> list[np.ndarray]:
+        return [np.asarray(output) for output in function(*inputs)]
 
     return call
 
 
-def compile_logp_dlogp(model: pm.Model, mode, x: np.ndarray) -> Compiled:
+def compile_logp_dlogp(
+    model: pm.Model, mode, *inputs: np.ndarray, ravel_inputs: bool = True
+) -> Compiled:
+    """``model``'s ``logp_dlogp`` of one raveled point (what PyMC's samplers and
+    nutpie compile) or, with ``ravel_inputs=False``, of one array per value
+    variable (``model.logp_dlogp_function()``'s default)."""
     start = time.perf_counter()
-    function = model.logp_dlogp_function(ravel_inputs=True, mode=mode)
+    function = model.logp_dlogp_function(ravel_inputs=ravel_inputs, mode=mode)
     function = function._pytensor_function
     function.trust_input = True
     built = time.perf_counter()
     on_host = host_values(function)
-    on_host(x)
+    on_host(*inputs)
     first = time.perf_counter()
     nodes = function.maker.fgraph.apply_nodes
     return Compiled(
@@ -136,10 +150,43 @@ def compile_logp_dlogp(model: pm.Model, mode, x: np.ndarray) -> Compiled:
 
 
 # --------------------------------------------------------------- measuring
+#: Label suffix of the candidates called with one array per value variable.
+UNRAVELED = ", unraveled"
+
+
 def raveled(model: pm.Model, point: dict[str, np.ndarray]) -> np.ndarray:
     """``point`` as the raveled input of ``model``'s ``logp_dlogp``: freezing a
     model can reorder its value variables."""
     return np.concatenate([np.ravel(point[v.name]) for v in model.value_vars])
+
+
+#: XLA's CPU client takes host memory aligned to this many bytes as it is.
+ALIGNMENT = 64
+
+
+def aligned(x: np.ndarray) -> np.ndarray:
+    """A copy of ``x`` aligned to :data:`ALIGNMENT` bytes.
+
+    JAX passes an aligned NumPy argument to XLA as it is, and copies any
+    other first: on ``sir_nested`` a misaligned point made a call about 7%
+    slower (in the default linker as under ``mode="JAX"``). NumPy aligns
+    small arrays to 16 bytes only, so every candidate gets aligned inputs:
+    no ratio is decided by where an allocation happened to land.
+    """
+    x = np.asarray(x)
+    raw = np.empty(x.nbytes + ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    copy = raw[start : start + x.nbytes].view(x.dtype).reshape(x.shape)
+    copy[...] = x
+    return copy
+
+
+def arguments(model: pm.Model, point: dict[str, np.ndarray], ravel: bool) -> tuple:
+    """``point`` as the arguments of ``model``'s ``logp_dlogp``, raveled or not
+    (:func:`aligned`)."""
+    if ravel:
+        return (aligned(raveled(model, point)),)
+    return tuple(aligned(point[v.name]) for v in model.value_vars)
 
 
 def by_name(
@@ -153,25 +200,30 @@ def by_name(
 def per_call(name: str, models: dict[str, pm.Model], args) -> tuple[str, dict]:
     ours, theirs = models["ours"], models["wrap_jax"]
     point = ours.initial_point()
-    candidates = {
-        "default, islands": (ours, None),
-        "default, no islands": (ours, no_islands()),
-        "C VM, islands": (ours, "CVM"),
-        # dims as constants, as pm.sample(nuts_sampler="numpyro") and nutpie's
-        # JAX backend compile it: JAX cannot take lengths from shared variables
-        'mode="JAX"': (freeze_dims_and_data(ours), "JAX"),
-        "wrap_jax, default": (theirs, None),
+    # dims as constants, as pm.sample(nuts_sampler="numpyro") and nutpie's
+    # JAX backend compile it: JAX cannot take lengths from shared variables
+    frozen = freeze_dims_and_data(ours)
+    candidates = {  # label: (model, mode, raveled inputs)
+        "default, islands": (ours, None, True),
+        "default, no islands": (ours, no_islands(), True),
+        "C VM, islands": (ours, "CVM", True),
+        'mode="JAX"': (frozen, "JAX", True),
+        "wrap_jax, default": (theirs, None, True),
+        # model.logp_dlogp_function()'s default: one input per value variable
+        f"default, islands{UNRAVELED}": (ours, None, False),
+        f'mode="JAX"{UNRAVELED}': (frozen, "JAX", False),
     }
-    inputs = {label: raveled(m, point) for label, (m, _) in candidates.items()}
+    inputs = {
+        label: arguments(m, point, ravel) for label, (m, _, ravel) in candidates.items()
+    }
     compiled = {
-        label: compile_logp_dlogp(model, mode, inputs[label])
-        for label, (model, mode) in candidates.items()
+        label: compile_logp_dlogp(model, mode, *inputs[label], ravel_inputs=ravel)
+        for label, (model, mode, ravel) in candidates.items()
     }
-    reference_model = candidates['mode="JAX"'][0]
-    value, gradient = compiled['mode="JAX"'].function(inputs['mode="JAX"'])
-    reference = (value, by_name(reference_model, point, gradient))
+    value, gradient = compiled['mode="JAX"'].function(*inputs['mode="JAX"'])
+    reference = (value, by_name(frozen, point, gradient))
     for label, c in compiled.items():
-        value, gradient = c.function(inputs[label])
+        value, gradient = c.function(*inputs[label])
         gradient = by_name(candidates[label][0], point, gradient)
         np.testing.assert_allclose(value, reference[0], rtol=1e-8, err_msg=label)
         for var, want in reference[1].items():
@@ -180,19 +232,23 @@ def per_call(name: str, models: dict[str, pm.Model], args) -> tuple[str, dict]:
             )
 
     stats = interleaved_medians(
-        {label: Call(c.function, (inputs[label],)) for label, c in compiled.items()},
+        {label: Call(c.function, inputs[label]) for label, c in compiled.items()},
         repeats=args.repeats,
         batch_seconds=args.batch_seconds,
     )
-    target = stats['mode="JAX"'].median
     wrap = stats["wrap_jax, default"].median
+
+    def target(label: str) -> float:  # mode="JAX" with the same inputs
+        suffix = UNRAVELED if label.endswith(UNRAVELED) else ""
+        return stats[f'mode="JAX"{suffix}'].median
+
     rows = [
         (
             label,
             compiled[label].n_islands,
             format_seconds(s.median, "ms"),
             f"{100 * s.spread:.0f}%",
-            format_ratio(s.median / target),
+            format_ratio(s.median / target(label)),
             format_ratio(s.median / wrap),
         )
         for label, s in stats.items()
@@ -292,7 +348,7 @@ def chain_graph(n_calls: int):
 def fixed_cost_table(args) -> str:
     """A graph that is one island: the cost around XLA, against ``mode="JAX"``."""
     x0, outputs = chain_graph(32)
-    xv = np.linspace(-1.0, 1.0, 8)
+    xv = aligned(np.linspace(-1.0, 1.0, 8))
     functions = {}
     for label, mode in (("default (one island)", None), ('mode="JAX"', "JAX")):
         function = pytensor.function([x0], outputs, mode=mode)
@@ -329,15 +385,19 @@ def fixed_cost_table(args) -> str:
 
 
 # ------------------------------------------------------------------- main
+MODEL_NAMES = ["sir", "sir_nested", "boarding_school", "seir"]
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter runs")
+    parser.add_argument("--models", nargs="+", choices=MODEL_NAMES, default=None)
     parser.add_argument(
-        "--models", nargs="+", choices=["sir", "boarding_school", "seir"], default=None
+        "--no-nutpie", action="store_true", help="per call only: no nutpie runs"
     )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
-    args.models = args.models or ["sir", "boarding_school", "seir"]
+    args.models = args.models or MODEL_NAMES
     args.repeats = 9 if args.quick else 21
     args.batch_seconds = 0.1 if args.quick else 0.25
     args.draws = 100 if args.quick else 300
@@ -371,7 +431,8 @@ def main(argv=None) -> None:
             "wrap_jax": _models.MODELS[f"{name}_wrap_jax"](),
         }
         text, _ = per_call(name, models, args)
-        sections += [text, nutpie_sampling_table(models["ours"], args), ""]
+        sampling = "" if args.no_nutpie else nutpie_sampling_table(models["ours"], args)
+        sections += [text, sampling, ""]
         print("\n".join(sections[-3:]), flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(sections))

@@ -290,17 +290,20 @@ def one_jax_op(fgraph) -> Apply | None:
     """Return the graph's one node when it is a :class:`JaxHostOp` over the graph's
     inputs.
 
-    The node's other inputs are constants (an island's data), and every output
-    of the graph is one of the node's: calling the op's host function is then
-    the whole graph (the Numba linker's direct thunk, nutpie's host callbacks).
+    The node's inputs are the graph's, in any order (an island takes its
+    inputs in the order it found them; PyMC's unraveled ``logp_dlogp`` lists
+    its value variables in another), and constants (an island's data); every
+    output of the graph is one of the node's: calling the op's host function
+    is then the whole graph (the Numba linker's direct thunk, nutpie's host
+    callbacks), its inputs and outputs matched by variable.
     """
     if len(fgraph.apply_nodes) != 1:
         return None
     (node,) = fgraph.apply_nodes
+    graph_inputs = set(fgraph.inputs)
     if not (
         isinstance(node.op, JaxHostOp)
-        and [x for x in node.inputs if not isinstance(x, Constant)]
-        == list(fgraph.inputs)
+        and all(isinstance(x, Constant) or x in graph_inputs for x in node.inputs)
         and all(out.owner is node for out in fgraph.outputs)
     ):
         return None

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import as_jax_op
 
 
@@ -92,4 +93,44 @@ def sir_model():
         trajectory = sir_solve(sir_rate(SIR_KNOT_TIMES, knots), SIR_Y0, SIR_DAYS, gamma)
         cases = 10_000.0 * (trajectory[:-1, 0] - trajectory[1:, 0])
         pm.NegativeBinomial("cases", mu=cases, alpha=20.0, observed=observed)
+    return model
+
+
+def interpolated_rate_jax(ts, log_values):
+    """A closure over a cubic interpolation: ``beta(t)``, positive."""
+    coefficients = diffrax.backward_hermite_coefficients(ts, log_values)
+    log_rate = diffrax.CubicInterpolation(ts, coefficients)
+    return lambda t: jnp.exp(log_rate.evaluate(t))
+
+
+sir_closure_rate = as_jax_op(interpolated_rate_jax)
+
+#: Daily cases simulated from log-knots (0.45, 0.42, 0.35, 0.25, 0.2, 0.24, 0.3,
+#: 0.28), gamma 0.12 and NB(alpha 20) noise (``benchmarks/_models.py``).
+SIR_NESTED_OBSERVED = np.array([
+    87, 62, 73, 109, 191, 198, 243, 287, 463, 307, 408, 613, 456, 444, 578, 579,
+    548, 292, 228, 272, 258, 175, 122, 160, 169, 103, 111, 135, 66, 85, 45, 44,
+    54, 30, 34, 35, 20, 35, 20, 34, 15, 29, 34, 24, 24, 18, 18, 21, 12, 8,
+])  # fmt: skip
+
+
+def sir_nested_model():
+    """Issue #50's nested 8-knot SIR model (``benchmarks/_models.py``'s ``sir_nested``).
+
+    The log-knots are a PyTensor ``cumsum`` of PyMC increments; a closure over
+    their interpolation, built by one wrapped function, is called in another's
+    diffrax solve, which keeps equinox's default checks (``throw=True``).
+    """
+    import pymc as pm
+
+    knot_times = np.linspace(0.0, 50.0, 8)
+    with pm.Model() as model:
+        log_first = pm.Normal("log_first_knot", np.log(0.3), 0.3)
+        increments = pm.Normal("increments", 0.0, 0.1, shape=7)
+        log_knots = pt.cumsum(pt.concatenate([log_first[None], increments]))
+        gamma = pm.LogNormal("gamma", np.log(0.1), 0.2)
+        beta = sir_closure_rate(knot_times, log_knots)
+        trajectory = sir_solve(beta, SIR_Y0, np.arange(51.0), gamma)
+        cases = 10_000.0 * (trajectory[:-1, 0] - trajectory[1:, 0])
+        pm.NegativeBinomial("cases", mu=cases, alpha=20.0, observed=SIR_NESTED_OBSERVED)
     return model

@@ -508,6 +508,56 @@ def test_a_new_length_specializes_again_and_keeps_the_old(island_mode):
     assert traces == [(2,), (3,)]
 
 
+@pytest.mark.parametrize("ravel_inputs", [True, False], ids=["raveled", "unraveled"])
+def test_nested_sir_logp_dlogp_is_one_island_called_directly(ravel_inputs):
+    """Issue #50's nested model: a cumsum of knots, an interpolating closure passed
+    to a diffrax solve with equinox's checks, a PyTensor likelihood. Its whole
+    ``logp_dlogp`` is one island, raveled or not (PyMC's default lists its value
+    variables in another order than the island's inputs), and the Numba
+    function around it is never called: the island's host function is.
+    """
+    from pymc.model.transform.optimization import freeze_dims_and_data
+
+    from pytensor.compile.jax_ofg_host_op import one_jax_op
+
+    model = models.sir_nested_model()
+    f = model.logp_dlogp_function(ravel_inputs=ravel_inputs)._pytensor_function
+    (node,) = f.maker.fgraph.toposort()
+    assert isinstance(node.op, JaxIsland)
+    inner = [type(n.op).__name__ for n in node.op.fgraph.apply_nodes]
+    assert "CumOp" in inner and inner.count("OpFromJax") == 2
+    assert one_jax_op(f.maker.fgraph) is node
+
+    frozen = freeze_dims_and_data(model)  # orders its value variables otherwise
+    reference = frozen.logp_dlogp_function(ravel_inputs=ravel_inputs, mode="JAX")
+    reference = reference._pytensor_function
+    point = model.initial_point()
+    ours = [v.name for v in model.value_vars]
+    theirs = [v.name for v in frozen.value_vars]
+
+    def arguments(values, names):
+        if ravel_inputs:
+            return [np.concatenate([np.ravel(values[n]) for n in names])]
+        return [values[n] for n in names]
+
+    def by_name(gradient, names):
+        sizes = np.cumsum([np.size(point[n]) for n in names])[:-1]
+        return dict(zip(names, np.split(np.asarray(gradient), sizes)))
+
+    rng = np.random.default_rng(5)
+    for shift in (0.0, 0.05):
+        values = {
+            n: point[n] + shift * rng.normal(size=np.shape(point[n])) for n in ours
+        }
+        value, gradient = f(*arguments(values, ours))
+        want_value, want_gradient = reference(*arguments(values, theirs))
+        np.testing.assert_allclose(value, want_value, rtol=1e-10)
+        want_gradient = by_name(want_gradient, theirs)
+        for name, got in by_name(gradient, ours).items():
+            np.testing.assert_allclose(got, want_gradient[name], rtol=1e-6)
+    assert f.vm.jit_fn.signatures == []  # the Numba function was never called
+
+
 def test_pymc_dims_machinery_joins_the_island():
     """The main job's SEIR model, written with dims: one XLA program, as mode=JAX."""
     from pymc.model.transform.optimization import freeze_dims_and_data
