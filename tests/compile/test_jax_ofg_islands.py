@@ -508,7 +508,11 @@ def test_a_new_length_specializes_again_and_keeps_the_old(island_mode):
     assert traces == [(2,), (3,)]
 
 
-@pytest.mark.parametrize("ravel_inputs", [True, False], ids=["raveled", "unraveled"])
+# Unraveled only: PyMC's default, the order that needed the fix (the raveled
+# function has one input; its island was always called directly). Slow: two
+# diffrax compiles (about a minute on CI).
+@pytest.mark.slow
+@pytest.mark.parametrize("ravel_inputs", [False], ids=["unraveled"])
 def test_nested_sir_logp_dlogp_is_one_island_called_directly(ravel_inputs):
     """Issue #50's nested model: a cumsum of knots, an interpolating closure passed
     to a diffrax solve with equinox's checks, a PyTensor likelihood. Its whole
