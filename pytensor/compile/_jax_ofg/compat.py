@@ -111,7 +111,7 @@ def persistent_cache_class() -> tuple[type, str] | None:
     or None when they moved.
 
     Its ``put(key, value)`` writes ``self.path / (key + suffix)`` in place;
-    :mod:`pytensor.compile.jax_ofg_xla_cache` makes that write atomic.
+    :mod:`pytensor.compile._jax_ofg.cache.xla` makes that write atomic.
     """
     try:
         from jax._src import lru_cache

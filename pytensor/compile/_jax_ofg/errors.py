@@ -16,7 +16,7 @@ import threading
 import warnings
 from collections.abc import Sequence
 
-from pytensor.compile import jax_ofg_compat as compat
+from pytensor.compile._jax_ofg import compat
 
 
 class RaisedWhile(enum.Enum):
@@ -193,7 +193,7 @@ class MuteCallbackLogs(logging.Filter):
     #: ``(module, function)`` of the frames that call compiled programs.
     CALLERS = frozenset(
         {
-            ("pytensor.compile.jax_ofg_programs", "__call__"),
+            ("pytensor.compile._jax_ofg.host.programs", "__call__"),
             ("pytensor.link.jax.dispatch.jax_ofg", "__call__"),
         }
     )

@@ -53,7 +53,7 @@ import numpy as np
 from jax import lax
 
 from pytensor import config
-from pytensor.compile import jax_ofg_compat as compat
+from pytensor.compile._jax_ofg import compat
 from pytensor.configparser import IntParam
 
 

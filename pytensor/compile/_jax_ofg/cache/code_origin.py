@@ -37,8 +37,7 @@ PROJECT: Kind = ("project", "")
 
 #: This project's modules (their source is in the environment fingerprint).
 PROJECT_MODULE = re.compile(
-    r"pytensor\.(compile\.jax_ofg\w*|link\.\w+\.dispatch\.jax_ofg\w*"
-    r"|tensor\.rewriting\.jax_ofg\w*)(\..*)?"
+    r"pytensor\.(compile\.jax_ofg|compile\._jax_ofg|link\.\w+\.dispatch\.jax_ofg)(\..*)?"
 )
 
 _MODULE_KINDS: dict[str, tuple[Any, Kind]] = {}

@@ -17,9 +17,9 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile.jax_ofg_code_origin import is_inside
-from pytensor.compile.jax_ofg_fingerprints import digest
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache.code_origin import is_inside
+from pytensor.compile._jax_ofg.cache.fingerprints import digest
 
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: PyTensor flags that no key holds, so a trace in which the user's code reads
-#: one is not kept (``jax_ofg_trace_watch``): those that say where caches
+#: one is not kept (``cache.watch``): those that say where caches
 #: live, not what a trace computes (processes sharing a cache copied
 #: elsewhere share keys); those PyTensor sets around its own rewrites while
 #: it compiles (a trace made then would have another key than the same trace
@@ -101,9 +101,9 @@ _IRRELEVANT_CONFIG = frozenset(
 
 #: Where this project's modules live, relative to the ``pytensor`` package.
 _PROJECT_GLOBS = (
-    "compile/jax_ofg*.py",
-    "link/*/dispatch/jax_ofg*.py",
-    "tensor/rewriting/jax_ofg*.py",
+    "compile/jax_ofg.py",
+    "compile/_jax_ofg/**/*.py",
+    "link/*/dispatch/jax_ofg.py",
 )
 
 
@@ -167,7 +167,7 @@ def project_files() -> dict[str, str]:
     ask where it is would import PyTensor's JAX backend with our JAX
     dispatch: a second of start-up).
 
-    >>> "pytensor.compile.jax_ofg_environment" in project_files()
+    >>> "pytensor.compile._jax_ofg.cache.environment" in project_files()
     True
     """
     return dict(_project_files())
@@ -175,14 +175,21 @@ def project_files() -> dict[str, str]:
 
 @functools.cache
 def _project_files() -> tuple[tuple[str, str], ...]:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[4]  # pytensor/compile/_jax_ofg/cache/
     return tuple(
         sorted(
-            (".".join(path.relative_to(root).with_suffix("").parts), str(path))
+            (_dotted_name(path.relative_to(root)), str(path))
             for pattern in _PROJECT_GLOBS
             for path in root.glob(f"pytensor/{pattern}")
         )
     )
+
+
+def _dotted_name(relative: Path) -> str:
+    """``pytensor/compile/_jax_ofg/host/op.py`` -> ``pytensor.compile._jax_ofg.host.op``
+    (a package's ``__init__.py``: the package)."""
+    parts = relative.with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _scan_distributions(path: tuple[str, ...]) -> tuple[str, ...]:

@@ -33,8 +33,8 @@ from typing import Any, NoReturn
 import jax
 import numpy as np
 
-from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile.jax_ofg_code_origin import Kind, module_kind
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache.code_origin import Kind, module_kind
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import AbstractFunctionGraph
 from pytensor.graph.op import Op
@@ -73,7 +73,7 @@ def fingerprint(value: Any) -> str | None:
     """Return a digest of everything ``value`` computes with, or None if that cannot be
     known.
 
-    Combine it with :func:`~pytensor.compile.jax_ofg_environment.environment_fingerprint` for a cache key.
+    Combine it with :func:`~pytensor.compile._jax_ofg.cache.environment.environment_fingerprint` for a cache key.
 
     >>> def scale(x):
     ...     return 2.0 * x
@@ -121,7 +121,7 @@ def describe_or_raise(value: Any) -> str:
     >>> describe_or_raise(threading.Lock())
     Traceback (most recent call last):
     ...
-    pytensor.compile.jax_ofg_fingerprints.Undescribable: an object with opaque state: lock
+    pytensor.compile._jax_ofg.cache.fingerprints.Undescribable: an object with opaque state: lock
     """
     return describe_with_code(value)[0]
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
-from pytensor.compile.jax_ofg_trace_watch import paused
+from pytensor.compile._jax_ofg.cache.watch import paused
 
 
 __all__ = ["JAX_BACKEND", "RunAfterImport", "after_import", "jax_backend"]

@@ -1,7 +1,7 @@
 """The trace cache: results of JAX traces, kept in memory and on disk, never stale.
 
 :func:`cached` keeps a trace's result only when its key describes everything
-the trace ran (:mod:`~pytensor.compile.jax_ofg_trace_watch` watches it: an
+the trace ran (:mod:`~pytensor.compile._jax_ofg.cache.watch` watches it: an
 allowlist); what cannot be keyed, or ran anything else, is not cached.
 Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
 flag ``jax_ofg__trace_cache`` (:func:`add_config_flag`).
@@ -30,16 +30,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pytensor import config
-from pytensor.compile.jax_ofg_environment import (
+from pytensor.compile._jax_ofg.cache.environment import (
     environment_fingerprint,
     installed_distributions_changed,
 )
-from pytensor.compile.jax_ofg_fingerprints import (
+from pytensor.compile._jax_ofg.cache.fingerprints import (
     Undescribable,
     describe_with_code,
     digest,
 )
-from pytensor.compile.jax_ofg_trace_watch import paused, watching
+from pytensor.compile._jax_ofg.cache.watch import paused, watching
 from pytensor.configparser import ConfigParam
 
 
@@ -241,7 +241,7 @@ def cached[T](
     """Return what ``compute()`` traces, from the cache when an entry for ``parts``
     exists.
 
-    A miss runs ``compute()`` under :func:`~pytensor.compile.jax_ofg_trace_watch.watching`
+    A miss runs ``compute()`` under :func:`~pytensor.compile._jax_ofg.cache.watch.watching`
     and keeps the result only when the watch saw nothing the key does not
     describe, the key is the same after the trace as before (nothing it
     describes changed meanwhile) and no package was installed since the

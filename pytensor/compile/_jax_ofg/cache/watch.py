@@ -60,9 +60,9 @@ from typing import Any
 
 import jax
 
-from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile.jax_ofg_code_origin import import_kind, module_kind
-from pytensor.compile.jax_ofg_environment import UNKEYED_FLAGS
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache.code_origin import import_kind, module_kind
+from pytensor.compile._jax_ofg.cache.environment import UNKEYED_FLAGS
 
 
 __all__ = [

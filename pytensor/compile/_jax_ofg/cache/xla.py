@@ -21,7 +21,7 @@ from pathlib import Path
 import jax
 
 from pytensor import config
-from pytensor.compile import jax_ofg_compat
+from pytensor.compile._jax_ofg import compat
 from pytensor.configparser import BoolParam
 
 
@@ -95,11 +95,11 @@ def write_entries_atomically() -> bool:
     Returns whether the patch is in place (not when JAX's cache class moved:
     JAX's own writes then).
     """
-    found = jax_ofg_compat.persistent_cache_class()
+    found = compat.persistent_cache_class()
     if found is None:
         return False
     cls, suffix = found
-    return jax_ofg_compat.patch_method(
+    return compat.patch_method(
         cls, "put", "_jax_ofg_atomic", lambda put: _atomic_put(put, suffix)
     )
 

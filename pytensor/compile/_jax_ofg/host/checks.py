@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jax_core
 
-from pytensor.compile import jax_ofg_compat as compat
+from pytensor.compile._jax_ofg import compat
 
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import jax
 
-from pytensor.compile.jax_ofg_compat import jax_started
+from pytensor.compile._jax_ofg.compat import jax_started
 
 
 __all__ = ["ForkedAfterJaxError", "jax_started", "refuse_call_after_fork"]

@@ -16,12 +16,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from pytensor.compile import jax_ofg_fork_guard
-from pytensor.compile import jax_ofg_trace_cache as trace_cache
-from pytensor.compile.jax_ofg_errors import report, runtime_error_counts
-from pytensor.compile.jax_ofg_fingerprints import Undescribable, fingerprint_or_raise
-from pytensor.compile.jax_ofg_packing import DtypePacking, Plan
-from pytensor.compile.jax_ofg_programs import Program, host_device_name
+from pytensor.compile._jax_ofg.cache import traces as trace_cache
+from pytensor.compile._jax_ofg.cache.fingerprints import (
+    Undescribable,
+    fingerprint_or_raise,
+)
+from pytensor.compile._jax_ofg.errors import report, runtime_error_counts
+from pytensor.compile._jax_ofg.host import fork_guard
+from pytensor.compile._jax_ofg.host.packing import DtypePacking, Plan
+from pytensor.compile._jax_ofg.host.programs import Program, host_device_name
 from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.op import HasMultipleInnerGraph, is_thunk_type
 from pytensor.graph.traversal import apply_ancestors
@@ -130,13 +133,13 @@ class JaxHostOp:
         The one place a host call enters JAX: it refuses to run in a process
         forked after JAX started (JAX would deadlock), and names this op and
         its wrapped functions in any error (XLA's runtime errors surface when
-        a buffer is read; see :func:`~pytensor.compile.jax_ofg_errors.report`).
+        a buffer is read; see :func:`~pytensor.compile._jax_ofg.errors.report`).
         """
         what = str(self)
 
         def call(*inputs: np.ndarray) -> list[np.ndarray]:
-            if jax_ofg_fork_guard.forked_after_jax_started:
-                jax_ofg_fork_guard.refuse_call_after_fork(what)
+            if fork_guard.forked_after_jax_started:
+                fork_guard.refuse_call_after_fork(what)
             try:
                 return program(*inputs)
             except Exception as error:
@@ -172,7 +175,7 @@ class JaxHostOp:
         copies, for outputs that a downstream in-place op may write into or
         that the compiled function returns; the others are read-only views of
         the buffers JAX returned (see
-        :mod:`pytensor.tensor.rewriting.jax_ofg_readonly_outputs`).
+        :mod:`pytensor.compile._jax_ofg.host.readonly_outputs`).
         """
         compiled = self.program
         program, packing = self._program(compiled), self.packing

@@ -20,15 +20,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from pytensor import config
-from pytensor.compile import jax_ofg_trace_cache as trace_cache
-from pytensor.compile.jax_ofg_checks import (
+from pytensor.compile._jax_ofg.cache import traces as trace_cache
+from pytensor.compile._jax_ofg.host.checks import (
     NotFlaggable,
     flag_checks,
     holds_host_callbacks,
     is_failed_check,
     raise_if_failed,
 )
-from pytensor.compile.jax_ofg_packing import DtypePacking
+from pytensor.compile._jax_ofg.host.packing import DtypePacking
 from pytensor.configparser import StrParam
 
 

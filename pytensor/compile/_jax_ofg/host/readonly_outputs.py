@@ -7,8 +7,8 @@ all other rewrites.
 
 from __future__ import annotations
 
+from pytensor.compile._jax_ofg.host.op import JaxHostOp
 from pytensor.compile.aliasing import alias_root, view_tree_set
-from pytensor.compile.jax_ofg_host_op import JaxHostOp
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import Output
 from pytensor.graph.rewriting.basic import GraphRewriter
@@ -58,7 +58,7 @@ class ReadOnlyOutputs(GraphRewriter):
     """Copy out of JAX only the outputs that may be written.
 
     After all other rewrites (in-place ones included), each
-    :class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp` node of the compiled
+    :class:`~pytensor.compile._jax_ofg.host.op.JaxHostOp` node of the compiled
     graph whose outputs need not all be writeable copies is replaced by the
     same computation with ``copied_outputs`` set (:func:`writable_flags`); its
     other outputs are handed on as read-only views.

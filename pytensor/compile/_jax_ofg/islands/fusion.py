@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cached_property
 
-from pytensor.compile.jax_ofg_functions import BakedInputs, Static
-from pytensor.compile.jax_ofg_op import OpFromJax
-from pytensor.compile.jax_ofg_shapes import InputMap
-from pytensor.compile.jax_ofg_transforms import (
+from pytensor.compile._jax_ofg.islands.selection import islands_enabled, select_islands
+from pytensor.compile._jax_ofg.op.from_jax import OpFromJax
+from pytensor.compile._jax_ofg.op.transforms import (
     ValueAndVJP,
     VJPForward,
     VJPFunction,
@@ -23,6 +22,8 @@ from pytensor.compile.jax_ofg_transforms import (
     pullback_primals,
     residual_dtypes,
 )
+from pytensor.compile._jax_ofg.tracing.functions import BakedInputs, Static
+from pytensor.compile._jax_ofg.tracing.shapes import InputMap
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.rewriting.basic import (
     GraphRewriter,
@@ -31,7 +32,6 @@ from pytensor.graph.rewriting.basic import (
     node_rewriter,
 )
 from pytensor.graph.traversal import ancestors
-from pytensor.tensor.rewriting.jax_ofg_islands import islands_enabled, select_islands
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorConstant
 

@@ -17,12 +17,12 @@ import numpy as np
 
 import pytensor
 import pytensor.tensor as pt
-from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile.jax_ofg_errors import RaisedWhile, mark, raised_while
-from pytensor.compile.jax_ofg_host_op import JaxHostOp
-from pytensor.compile.jax_ofg_import_hooks import jax_backend
-from pytensor.compile.jax_ofg_op import OpFromJax
-from pytensor.compile.jax_ofg_transforms import SharedPullbacks
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache.import_hooks import jax_backend
+from pytensor.compile._jax_ofg.errors import RaisedWhile, mark, raised_while
+from pytensor.compile._jax_ofg.host.op import JaxHostOp
+from pytensor.compile._jax_ofg.op.from_jax import OpFromJax
+from pytensor.compile._jax_ofg.op.transforms import SharedPullbacks
 from pytensor.compile.mode import get_default_mode, optdb
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import FunctionGraph
@@ -312,7 +312,7 @@ def _lowering(fgraph: FunctionGraph) -> Callable[..., Sequence[Any]]:
     """PyTensor's JAX lowering of one (specialized) inner graph of an island.
 
     An op and its pullback inside share one ``jax.vjp``: one forward pass
-    (:class:`~pytensor.compile.jax_ofg_transforms.SharedPullbacks`).
+    (:class:`~pytensor.compile._jax_ofg.op.transforms.SharedPullbacks`).
     """
     pullbacks = SharedPullbacks(
         [n for n in fgraph.toposort() if isinstance(n.op, OpFromJax)]

@@ -20,12 +20,12 @@ import weakref
 from collections.abc import Iterable, Sequence
 
 import pytensor.tensor as pt
-from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile import jax_ofg_trace_cache as trace_cache
-from pytensor.compile.jax_ofg_dims import evaluate_values, is_fixed
-from pytensor.compile.jax_ofg_import_hooks import jax_backend
-from pytensor.compile.jax_ofg_island import ISLANDS_REWRITE, JaxIsland
-from pytensor.compile.jax_ofg_op import OpFromJax
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache import traces as trace_cache
+from pytensor.compile._jax_ofg.cache.import_hooks import jax_backend
+from pytensor.compile._jax_ofg.islands.op import ISLANDS_REWRITE, JaxIsland
+from pytensor.compile._jax_ofg.op.from_jax import OpFromJax
+from pytensor.compile._jax_ofg.tracing.dims import evaluate_values, is_fixed
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
@@ -125,7 +125,7 @@ def decides_shapes(node: Apply, x: Variable) -> bool:
 def _static(island: Sequence[Apply], x: Variable) -> bool:
     """Return whether the island takes its input ``x`` as a static value.
 
-    A fixed integer (:func:`~pytensor.compile.jax_ofg_dims.is_fixed`): a
+    A fixed integer (:func:`~pytensor.compile._jax_ofg.tracing.dims.is_fixed`): a
     length, or a vector that decides a shape in the island. A fixed vector
     used as data only (counts observed through ``pm.Data``) is an ordinary
     input: a new value is no new program.

@@ -14,10 +14,16 @@ import jax.numpy as jnp
 import numpy as np
 
 import pytensor.tensor as pt
-from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile.jax_ofg_functions import InnerFunction, as_tuple_function
-from pytensor.compile.jax_ofg_host_op import JaxHostOp
-from pytensor.compile.jax_ofg_shapes import (
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.host.op import JaxHostOp
+from pytensor.compile._jax_ofg.op.transforms import (
+    GRADIENT_MODES,
+    ChosenGradient,
+    JVPFunction,
+    VJPFunction,
+)
+from pytensor.compile._jax_ofg.tracing.functions import InnerFunction, as_tuple_function
+from pytensor.compile._jax_ofg.tracing.shapes import (
     INPUTS_AT_SAME_POSITIONS,
     InputMap,
     Lengths,
@@ -26,12 +32,6 @@ from pytensor.compile.jax_ofg_shapes import (
     describe_symbol,
     dim_to_tensor,
     symbol_name,
-)
-from pytensor.compile.jax_ofg_transforms import (
-    GRADIENT_MODES,
-    ChosenGradient,
-    JVPFunction,
-    VJPFunction,
 )
 from pytensor.gradient import DisconnectedType, disconnected_type
 from pytensor.graph.basic import Apply, Variable

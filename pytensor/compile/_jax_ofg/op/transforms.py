@@ -19,10 +19,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from pytensor.compile import jax_ofg_trace_cache as trace_cache
-from pytensor.compile.jax_ofg_functions import ArrayTuple, InnerFunction, static_key
-from pytensor.compile.jax_ofg_packing import DtypePacking, dtype_name
-from pytensor.compile.jax_ofg_shapes import (
+from pytensor.compile._jax_ofg.cache import traces as trace_cache
+from pytensor.compile._jax_ofg.host.packing import DtypePacking, dtype_name
+from pytensor.compile._jax_ofg.tracing.functions import (
+    ArrayTuple,
+    InnerFunction,
+    static_key,
+)
+from pytensor.compile._jax_ofg.tracing.shapes import (
     fallback_shapes,
     symbol_name,
     symbolic_shapes,
@@ -367,7 +371,7 @@ def residual_dtypes(
 
     Traced with the shapes the forward op's types are found with (symbolic
     dims, then the lengths it was traced at, ``traced_sizes`` by symbol, then
-    stand-in sizes: :func:`~pytensor.compile.jax_ofg_shapes.fallback_shapes`),
+    stand-in sizes: :func:`~pytensor.compile._jax_ofg.tracing.shapes.fallback_shapes`),
     up to the first that traces; raises the tracing error when none does. A
     later process reads them from the trace cache.
     """
@@ -511,7 +515,7 @@ class VmapFunction(InnerFunction):
 
     Examples
     --------
-    >>> from pytensor.compile.jax_ofg_functions import TupleOutputs
+    >>> from pytensor.compile._jax_ofg.tracing.functions import TupleOutputs
     >>> outer = VmapFunction(
     ...     TupleOutputs(lambda x, y: x * y),
     ...     batch_ndim=1,
@@ -608,7 +612,7 @@ class SharedPullbacks:
     trace, apply it to their cotangents instead of running the forward again.
     The forward's VJP covers every input and output that any of its pullback
     nodes needs (a pullback is linear: outputs it has no cotangent for get
-    zeros). See ``jax_funcify`` of :class:`~pytensor.compile.jax_ofg_op.OpFromJax`.
+    zeros). See ``jax_funcify`` of :class:`~pytensor.compile._jax_ofg.op.from_jax.OpFromJax`.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Vectorization of :class:`~pytensor.compile.jax_ofg_op.OpFromJax`: ``jax.vmap``, not a loop.
+"""Vectorization of :class:`~pytensor.compile._jax_ofg.op.from_jax.OpFromJax`: ``jax.vmap``, not a loop.
 
 Registered by :func:`pytensor.compile.jax_ofg.install`:
 :func:`vectorize_op_from_jax` for ``OpFromJax`` with PyTensor's
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytensor.compile.jax_ofg_op import OpFromJax
-from pytensor.compile.jax_ofg_shapes import InputMap, symbol_name
-from pytensor.compile.jax_ofg_transforms import VmapFunction
+from pytensor.compile._jax_ofg.op.from_jax import OpFromJax
+from pytensor.compile._jax_ofg.op.transforms import VmapFunction
+from pytensor.compile._jax_ofg.tracing.shapes import InputMap, symbol_name
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.rewriting.basic import copy_stack_trace, node_rewriter
 from pytensor.tensor.blockwise import Blockwise, vectorize_node_fallback

@@ -17,10 +17,11 @@ from typing import Any
 import jax
 
 import pytensor.tensor as pt
-from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile import jax_ofg_trace_cache as trace_cache
-from pytensor.compile.jax_ofg_dims import input_dims
-from pytensor.compile.jax_ofg_functions import (
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache import traces as trace_cache
+from pytensor.compile._jax_ofg.op.from_jax import OpFromJax, describe_types
+from pytensor.compile._jax_ofg.tracing.dims import input_dims
+from pytensor.compile._jax_ofg.tracing.functions import (
     INPUT,
     FlatJaxFunction,
     Nested,
@@ -28,8 +29,7 @@ from pytensor.compile.jax_ofg_functions import (
     Static,
     shadowing_wrapper_name,
 )
-from pytensor.compile.jax_ofg_op import OpFromJax, describe_types
-from pytensor.compile.jax_ofg_shapes import trace_output_types
+from pytensor.compile._jax_ofg.tracing.shapes import trace_output_types
 from pytensor.graph.basic import Variable
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
@@ -135,7 +135,7 @@ class JaxOpWrapper:
 
     Equal calls (the same static arguments and input types) give equal ops,
     which PyTensor merges and which share one jitted program; their output
-    types are traced once (:mod:`~pytensor.compile.jax_ofg_trace_cache`). A
+    types are traced once (:mod:`~pytensor.compile._jax_ofg.cache.traces`). A
     module-level wrapper pickles by name, like the function it replaces.
 
     Examples

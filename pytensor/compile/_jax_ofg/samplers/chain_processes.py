@@ -36,7 +36,7 @@ Notes
 Examples
 --------
 >>> import pymc as pm                                         # doctest: +SKIP
->>> from pytensor.compile.jax_ofg_chain_processes import sample_in_processes
+>>> from pytensor.compile._jax_ofg.samplers.chain_processes import sample_in_processes
 >>> trace = sample_in_processes(model, chains=4, cores=2, seed=1,
 ...                             tune=1000, draws=1000)        # doctest: +SKIP
 >>> trace.posterior.sizes["chain"]                            # doctest: +SKIP
@@ -64,7 +64,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytensor.compile.jax_ofg_nutpie import LOGP_SIGNATURE
+from pytensor.compile._jax_ofg.samplers.nutpie import LOGP_SIGNATURE
 
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ with open(sys.argv[1], "rb") as file:
     job = pickle.load(file)
 sys.path[:] = job["sys_path"]
 import pytensor.compile.jax_ofg
-from pytensor.compile.jax_ofg_chain_processes import _work
+from pytensor.compile._jax_ofg.samplers.chain_processes import _work
 sys.exit(_work(job, started))
 """
 

@@ -8,7 +8,7 @@ holding JAX ops gains nothing from it: its function enters object mode, and
 holds the GIL, to call each op's XLA program anyway.
 
 For such models (the log-density's graph holds a
-:class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp`), nutpie gets C function
+:class:`~pytensor.compile._jax_ofg.host.op.JaxHostOp`), nutpie gets C function
 pointers of the same signature made by :mod:`ctypes` instead:
 
 * a graph that is one JAX op (a model's ``logp_dlogp`` is usually one
@@ -60,10 +60,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile.jax_ofg_host_op import one_jax_op
-from pytensor.compile.jax_ofg_import_hooks import after_import
-from pytensor.compile.jax_ofg_pymc import model_holds_jax_ops
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache.import_hooks import after_import
+from pytensor.compile._jax_ofg.host.op import one_jax_op
+from pytensor.compile._jax_ofg.samplers.pymc import model_holds_jax_ops
 from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.fg import FunctionGraph
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile.jax_ofg_host_op import graph_holds_jax_ops
-from pytensor.compile.jax_ofg_import_hooks import after_import
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache.import_hooks import after_import
+from pytensor.compile._jax_ofg.host.op import graph_holds_jax_ops
 
 
 __all__ = [

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pytensor.compile.jax_ofg_fingerprints import digest
+from pytensor.compile._jax_ofg.cache.fingerprints import digest
 
 
 ArrayTuple = tuple[Any, ...]

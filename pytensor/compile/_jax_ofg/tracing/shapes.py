@@ -25,12 +25,12 @@ import jax
 import numpy as np
 from jax import export as jax_export
 
-from pytensor.compile.jax_ofg_functions import OutputLayout, static_key
+from pytensor.compile._jax_ofg.tracing.functions import OutputLayout, static_key
 from pytensor.tensor.type import TensorType
 
 
 if TYPE_CHECKING:
-    from pytensor.compile.jax_ofg_dims import InputDims, Position
+    from pytensor.compile._jax_ofg.tracing.dims import InputDims, Position
 
 
 #: The stand-in sizes of step 3: a small one (to tell ``min(n, k)`` from
@@ -79,7 +79,7 @@ def symbolic_shapes(
     """Return the shapes with every unknown (None) dim a JAX symbol named by
     :func:`symbol_name`.
 
-    ``same_as`` (see :class:`~pytensor.compile.jax_ofg_dims.InputDims`) gives
+    ``same_as`` (see :class:`~pytensor.compile._jax_ofg.tracing.dims.InputDims`) gives
     dims proven equal one symbol, named after the first of them.
     """
     reps = {
