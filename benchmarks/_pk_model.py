@@ -52,7 +52,7 @@ def solve(theta, adjoint=None):
 
     ``diffrax.Kvaerno5()`` as a user writes it: its Newton steps (and their
     derivative) solve the 2 x 2 systems with lineax's LU, which this package
-    lowers without LAPACK (:mod:`pytensor.compile.jax_ofg_small_linalg`).
+    lowers without LAPACK (:mod:`pytensor.compile._jax_ofg.small_linalg`).
     """
     solution = diffrax.diffeqsolve(
         diffrax.ODETerm(_rhs),

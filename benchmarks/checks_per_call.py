@@ -2,7 +2,7 @@
 
 Equinox's raising checks (``eqx.error_if``, in every diffrax solve) are host
 callbacks, which :mod:`jax.export` cannot keep; the trace cache keeps such a
-program with each check setting a flag (``jax_ofg_checks``). This measures
+program with each check setting a flag (``_jax_ofg.host.checks``). This measures
 what that costs per call, against the limit, side by side in one process
 (medians of interleaved batches; every call timed to completion, its outputs
 read as NumPy arrays):
@@ -79,8 +79,8 @@ from pymc.model.transform.optimization import freeze_dims_and_data  # noqa: E402
 
 import pytensor  # noqa: E402
 import pytensor.tensor as pt  # noqa: E402
-from pytensor.compile import jax_ofg_host_op  # noqa: E402
-from pytensor.compile.jax_ofg_checks import flag_checks  # noqa: E402
+from pytensor.compile._jax_ofg.host import op as host_op  # noqa: E402
+from pytensor.compile._jax_ofg.host.checks import flag_checks  # noqa: E402
 from pytensor.graph.basic import Constant  # noqa: E402
 
 
@@ -112,12 +112,12 @@ def sir_function(trace_cache: str) -> Callable:
 @contextlib.contextmanager
 def cache_set(value: str) -> Iterator[None]:
     """``jax_ofg__trace_cache`` set while functions compile, their programs unshared."""
-    jax_ofg_host_op.PROGRAMS.clear()  # equal ops share programs
+    host_op.PROGRAMS.clear()  # equal ops share programs
     try:
         with pytensor.config.change_flags(jax_ofg__trace_cache=value):
             yield
     finally:
-        jax_ofg_host_op.PROGRAMS.clear()
+        host_op.PROGRAMS.clear()
 
 
 def on_host(function: Callable) -> Callable:

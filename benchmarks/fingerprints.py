@@ -15,8 +15,8 @@ from _models import SIR_DAYS, SIR_KNOTS, SIR_Y0, sir_rate, sir_solve
 from _timing import best_ms
 
 import pytensor.tensor as pt
-from pytensor.compile.jax_ofg_environment import environment_fingerprint
-from pytensor.compile.jax_ofg_fingerprints import describe, fingerprint
+from pytensor.compile._jax_ofg.cache.environment import environment_fingerprint
+from pytensor.compile._jax_ofg.cache.fingerprints import describe, fingerprint
 
 
 def closure_solve():

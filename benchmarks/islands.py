@@ -87,7 +87,7 @@ from pymc.model.transform.optimization import freeze_dims_and_data  # noqa: E402
 
 import pytensor  # noqa: E402
 import pytensor.compile.mode as pytensor_modes  # noqa: E402
-from pytensor.compile.jax_ofg_island import JaxIsland  # noqa: E402
+from pytensor.compile._jax_ofg.islands.op import JaxIsland  # noqa: E402
 
 
 # -------------------------------------------------------------- compiling

@@ -1,6 +1,6 @@
 """Small dense linear algebra: LAPACK's calls against the unrolled XLA lowering.
 
-:mod:`pytensor.compile.jax_ofg_small_linalg` lowers ``lu``, ``triangular_solve``,
+:mod:`pytensor.compile._jax_ofg.small_linalg` lowers ``lu``, ``triangular_solve``,
 ``cholesky`` (and ``lu_pivots_to_permutation``) of small square matrices as
 unrolled XLA operations instead of jaxlib's LAPACK calls. Four measurements,
 each a median of interleaved rounds in one process, every program compiled
@@ -54,7 +54,7 @@ from _timing import (  # noqa: E402
 
 import conftest  # noqa: E402, F401  (the checkout's modules)
 import pytensor  # noqa: E402
-from pytensor.compile import jax_ofg_small_linalg as small_linalg  # noqa: E402
+from pytensor.compile._jax_ofg import small_linalg  # noqa: E402
 from pytensor.compile.jax_ofg import as_jax_op  # noqa: E402
 
 

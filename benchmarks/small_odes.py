@@ -36,7 +36,7 @@ order), and the tables give medians over rounds.
   their own may reach on this machine.
 * **chains**: 2 chains of 1000 + 1000, ``cores=1`` against ``cores=2`` in
   alternating processes: ``nutpie.sample`` on threads (``ours``), and
-  :func:`~pytensor.compile.jax_ofg_chain_processes.run_chain_processes`
+  :func:`~pytensor.compile._jax_ofg.samplers.chain_processes.run_chain_processes`
   (``processes``: one worker per core, each pinned to its core, sampling its
   chains with ``cores=1``; the time is from the first worker's start of
   ``nutpie.sample`` to the last one's end, after each one's first call of the
@@ -382,7 +382,7 @@ def leapfrog_steps(trace) -> list[int]:
 
 def child_chain_processes(spec: dict, chains: int, tune: int, draws: int) -> dict:
     """``run_chain_processes`` on ``spec["cores"]`` workers; where its time went."""
-    from pytensor.compile.jax_ofg_chain_processes import run_chain_processes
+    from pytensor.compile._jax_ofg.samplers.chain_processes import run_chain_processes
 
     model, initial_points = pymc_model(spec["model"])
     phases = {"imports+build": since_start()}
@@ -468,7 +468,7 @@ def child_fit(spec: dict) -> dict:
         result = {"gradients per draw": float(fit.leapfrog.mean())}
         result["divergences"] = int(fit.diverging.sum())
     elif spec["route"] == "processes":
-        from pytensor.compile.jax_ofg_chain_processes import merge_chains
+        from pytensor.compile._jax_ofg.samplers.chain_processes import merge_chains
 
         run = child_chain_processes(
             spec | {"cores": 2}, chains=4, tune=1000, draws=1000

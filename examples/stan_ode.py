@@ -1,6 +1,6 @@
 """Coming from Stan: ODE settings and starting points that carry over, on the lynx-hare model.
 
-The model Stan's porting toolkit (:mod:`pytensor.compile.jax_ofg_stan`,
+The model Stan's porting toolkit (:mod:`pytensor.compile._jax_ofg.stan`,
 exported by :mod:`pytensor.compile.jax_ofg`) was made on, ported with it:
 :func:`~pytensor.compile.jax_ofg.diffrax_settings` gives the solve Stan's
 ``integrate_ode_rk45`` settings (Stan's step budget is per output interval,
@@ -215,7 +215,7 @@ def main(argv: Sequence[str] | None = None):
     )
     start = time.perf_counter()
     if args.sampler == "nutpie-processes":
-        from pytensor.compile.jax_ofg_chain_processes import sample_in_processes
+        from pytensor.compile.jax_ofg import sample_in_processes
 
         idata = sample_in_processes(
             model,

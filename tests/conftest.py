@@ -43,7 +43,7 @@ def pytest_configure(config):
 def _trace_cache_verified(tmp_path_factory):
     import pytensor
     from pytensor.compile import jax_ofg  # noqa: F401  (registers the flag below)
-    from pytensor.compile import jax_ofg_trace_cache as trace_cache
+    from pytensor.compile._jax_ofg.cache import traces as trace_cache
 
     folder = tmp_path_factory.mktemp("jax_ofg_traces")
     with pytest.MonkeyPatch.context() as patch:

@@ -22,60 +22,60 @@ except ImportError as _error:  # pragma: no cover - exercised in a subprocess te
         "which depends on it)."
     ) from _error
 
-from pytensor.compile import (
-    jax_ofg_compat as compat,
-)
-from pytensor.compile import (
-    jax_ofg_environment,
-    jax_ofg_fork_guard,
-    jax_ofg_nutpie,
-    jax_ofg_programs,
-    jax_ofg_pymc,
-    jax_ofg_small_linalg,
-    jax_ofg_trace_cache,
-    jax_ofg_trace_watch,
-    jax_ofg_xla_cache,
-)
-from pytensor.compile.jax_ofg_errors import (
+from pytensor.compile._jax_ofg import compat, small_linalg
+from pytensor.compile._jax_ofg.cache import environment, watch, xla
+from pytensor.compile._jax_ofg.cache import traces as trace_cache
+from pytensor.compile._jax_ofg.cache.import_hooks import JAX_BACKEND, after_import
+from pytensor.compile._jax_ofg.cache.traces import clear_trace_cache, trace_cache_info
+from pytensor.compile._jax_ofg.errors import (
     CALLBACK_LOGGER,
     MuteCallbackLogs,
     WrappedFunctionRuntimeWarning,
     runtime_error_counts,
 )
-from pytensor.compile.jax_ofg_host_op import JaxHostOp
-from pytensor.compile.jax_ofg_import_hooks import JAX_BACKEND, after_import
-from pytensor.compile.jax_ofg_island import JaxIsland, JaxIslandFallbackWarning
-from pytensor.compile.jax_ofg_op import OpFromJax
-from pytensor.compile.jax_ofg_shapes import ShapeInferenceError
-from pytensor.compile.jax_ofg_stan import diffrax_settings, stan_bound, stan_initvals
-from pytensor.compile.jax_ofg_trace_cache import clear_trace_cache, trace_cache_info
-from pytensor.compile.jax_ofg_wrapper import (
+from pytensor.compile._jax_ofg.host import fork_guard, programs
+from pytensor.compile._jax_ofg.host.fork_guard import ForkedAfterJaxError
+from pytensor.compile._jax_ofg.host.op import JaxHostOp
+from pytensor.compile._jax_ofg.host.readonly_outputs import ReadOnlyOutputs
+from pytensor.compile._jax_ofg.islands.fusion import (
+    FuseValueAndVJP,
+    bake_constant_inputs,
+    prune_pullback_inputs,
+)
+from pytensor.compile._jax_ofg.islands.op import JaxIsland, JaxIslandFallbackWarning
+from pytensor.compile._jax_ofg.islands.selection import (
+    ISLANDS_REWRITE,
+    form_jax_islands,
+)
+from pytensor.compile._jax_ofg.op.from_jax import OpFromJax
+from pytensor.compile._jax_ofg.op.vmap import vectorize_op_from_jax, vmap_blockwise
+from pytensor.compile._jax_ofg.op.wrapper import (
     JaxOpWrapper,
     SymbolicCallable,
     as_jax_op,
     not_a_tensor,
 )
+from pytensor.compile._jax_ofg.samplers import nutpie, pymc
+from pytensor.compile._jax_ofg.samplers.chain_processes import (
+    ChainProcessError,
+    SamplingInterrupted,
+    sample_in_processes,
+)
+from pytensor.compile._jax_ofg.stan import diffrax_settings, stan_bound, stan_initvals
+from pytensor.compile._jax_ofg.tracing.shapes import ShapeInferenceError
 from pytensor.compile.mode import optdb
 from pytensor.graph.rewriting.basic import dfs_rewriter
 from pytensor.link.numba.dispatch import jax_ofg as numba_dispatch
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.tensor.rewriting.jax_ofg_fusion import (
-    FuseValueAndVJP,
-    bake_constant_inputs,
-    prune_pullback_inputs,
-)
-from pytensor.tensor.rewriting.jax_ofg_islands import (
-    ISLANDS_REWRITE,
-    form_jax_islands,
-)
-from pytensor.tensor.rewriting.jax_ofg_readonly_outputs import ReadOnlyOutputs
-from pytensor.tensor.rewriting.jax_ofg_vmap import vectorize_op_from_jax, vmap_blockwise
 
 
 __all__ = [
+    "ChainProcessError",
+    "ForkedAfterJaxError",
     "JaxIsland",
     "JaxIslandFallbackWarning",
     "OpFromJax",
+    "SamplingInterrupted",
     "ShapeInferenceError",
     "SymbolicCallable",
     "WrappedFunctionRuntimeWarning",
@@ -84,6 +84,7 @@ __all__ = [
     "diffrax_settings",
     "install",
     "runtime_error_counts",
+    "sample_in_processes",
     "stan_bound",
     "stan_initvals",
     "trace_cache_info",
@@ -111,12 +112,12 @@ def install() -> None:
        square matrices up to ``jax_ofg__small_linalg_max_size`` rows are
        lowered for the CPU as unrolled XLA operations instead of LAPACK
        calls, in every JAX program of the process
-       (:mod:`~pytensor.compile.jax_ofg_small_linalg`).
+       (:mod:`~pytensor.compile._jax_ofg.small_linalg`).
     3. **Linkers**: the JAX lowering of :class:`OpFromJax` (``jax_funcify``),
        registered when PyTensor's JAX backend is first imported -- it takes
        about a second, and a process whose programs the trace cache serves
-       never needs it (:mod:`~pytensor.compile.jax_ofg_import_hooks`); the
-       Numba lowering of every :class:`~pytensor.compile.jax_ofg_host_op.JaxHostOp`
+       never needs it (:mod:`~pytensor.compile._jax_ofg.cache.import_hooks`); the
+       Numba lowering of every :class:`~pytensor.compile._jax_ofg.host.op.JaxHostOp`
        (``numba_funcify`` with cache keys), whose compiled bodies live in a
        module put in ``sys.modules``; a graph that is one such op runs its
        host function from a Python thunk instead of a Numba function.
@@ -135,17 +136,17 @@ def install() -> None:
        holding JAX ops through host callbacks, not a ``numba.cfunc`` it
        would compile in every process, and adapts its mass matrix from
        the draws' variances (``adaptation="draw_diag"``) unless told
-       otherwise (:mod:`~pytensor.compile.jax_ofg_nutpie`).
+       otherwise (:mod:`~pytensor.compile._jax_ofg.samplers.nutpie`).
     7. **Start-up**: the PyTensor flags ``jax_ofg__xla_cache`` (JAX's
        persistent compilation cache under PyTensor's ``compiledir``) and
        ``jax_ofg__trace_cache`` (traces kept in memory and on disk, next to
-       it: :mod:`~pytensor.compile.jax_ofg_trace_cache`); an audit hook
-       that watched traces see (:mod:`~pytensor.compile.jax_ofg_trace_watch`),
+       it: :mod:`~pytensor.compile._jax_ofg.cache.traces`); an audit hook
+       that watched traces see (:mod:`~pytensor.compile._jax_ofg.cache.watch`),
        and the installed distributions as the process starts (part of every
        key).
     8. **Errors**: JAX's log of a failed callback is dropped when the error
        comes out of one of our calls, which names the function itself
-       (:class:`~pytensor.compile.jax_ofg_errors.MuteCallbackLogs`).
+       (:class:`~pytensor.compile._jax_ofg.errors.MuteCallbackLogs`).
 
     Calling it again does nothing.
     """
@@ -156,8 +157,8 @@ def install() -> None:
         _installed = True
 
         jax.config.update("jax_enable_x64", True)
-        jax_ofg_small_linalg.add_config_flag()
-        jax_ofg_small_linalg.lower_small_linalg()
+        small_linalg.add_config_flag()
+        small_linalg.lower_small_linalg()
 
         after_import(JAX_BACKEND, _register_jax_lowering)
         register_funcify_and_cache_key(JaxHostOp)(
@@ -173,19 +174,19 @@ def install() -> None:
 
         if hasattr(os, "register_at_fork"):  # Unix; elsewhere there is no fork
             os.register_at_fork(
-                before=jax_ofg_fork_guard.before_fork,
-                after_in_child=jax_ofg_fork_guard.after_fork_in_child,
+                before=fork_guard.before_fork,
+                after_in_child=fork_guard.after_fork_in_child,
             )
-        jax_ofg_pymc.install_pymc_start_method_choice()
-        jax_ofg_nutpie.install_nutpie_host_callbacks()
+        pymc.install_pymc_start_method_choice()
+        nutpie.install_nutpie_host_callbacks()
 
-        jax_ofg_xla_cache.add_config_flag()
-        jax_ofg_programs.add_config_flag()
-        jax_ofg_xla_cache.configure_xla_cache()
-        jax_ofg_xla_cache.write_entries_atomically()
-        jax_ofg_trace_cache.add_config_flag()
-        jax_ofg_trace_watch.install()
-        jax_ofg_environment.installed_distributions()
+        xla.add_config_flag()
+        programs.add_config_flag()
+        xla.configure_xla_cache()
+        xla.write_entries_atomically()
+        trace_cache.add_config_flag()
+        watch.install()
+        environment.installed_distributions()
 
         logging.getLogger(CALLBACK_LOGGER).addFilter(MuteCallbackLogs())
 

@@ -118,7 +118,7 @@ def _fit(route: str, ops: bool, draws: int, first: bool):
         with builder():
             return pm.sample(nuts_sampler="pymc", cores=2, callback=callback, **common)
     if route == "processes":
-        from pytensor.compile.jax_ofg_chain_processes import sample_in_processes
+        from pytensor.compile.jax_ofg import sample_in_processes
 
         sampling = set()
 

@@ -33,7 +33,7 @@ def without_islands(mode):
 
 def compiled_nodes(f) -> list:
     """The nodes a compiled function runs, those inside JAX islands included."""
-    from pytensor.compile.jax_ofg_island import JaxIsland
+    from pytensor.compile._jax_ofg.islands.op import JaxIsland
 
     nodes = []
     for node in f.maker.fgraph.toposort():

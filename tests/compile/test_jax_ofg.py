@@ -500,7 +500,7 @@ def test_op_from_jax_bare_array_output(mode):
 
 
 def test_explicit_output_types_win_over_inference(mode, monkeypatch):
-    import pytensor.compile.jax_ofg_wrapper as jax_ofg
+    import pytensor.compile._jax_ofg.op.wrapper as jax_ofg
 
     def fail(*args, **kwargs):
         raise AssertionError("traced despite explicit output_types")

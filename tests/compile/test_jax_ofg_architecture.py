@@ -7,20 +7,27 @@
   one of them to dodge a cycle.
 * The guide's module map puts every module in one layer, and a module imports
   only from its own layer and the layers above it.
+* The implementation is a private package, ``pytensor/compile/_jax_ofg/``, one
+  folder per subsystem (one layer of the map each), at most 8 modules a
+  folder, no ``jax_ofg_`` prefix inside it, ``__init__.py`` files that hold a
+  docstring only.
 """
 
 import ast
 import itertools
 import json
 import re
+from pathlib import Path
 
-from _checkout import ROOT, module_files
+from _checkout import PRIVATE, ROOT, module_files, package_files
 from _fresh_process import run_script
 
 
 CHECKOUT = ROOT
 FACADE = "pytensor.compile.jax_ofg"
 JAX_DISPATCH = "pytensor.link.jax.dispatch.jax_ofg"
+#: The private package holding the implementation, one folder per subsystem.
+PRIVATE_PACKAGE = "pytensor.compile._jax_ofg"
 
 
 #: Every module of the package, by dotted name.
@@ -108,9 +115,9 @@ for name in modules:
 def state():
     from pytensor import config
     from pytensor.compile.mode import optdb
-    from pytensor.compile.jax_ofg_host_op import JaxHostOp
-    from pytensor.compile.jax_ofg_op import OpFromJax
-    from pytensor.compile.jax_ofg_wrapper import SymbolicCallable
+    from pytensor.compile._jax_ofg.host.op import JaxHostOp
+    from pytensor.compile._jax_ofg.op.from_jax import OpFromJax
+    from pytensor.compile._jax_ofg.op.wrapper import SymbolicCallable
     from pytensor.graph.replace import _vectorize_node
     from pytensor.link.jax.linker import JAXLinker
     from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
@@ -224,15 +231,17 @@ def _module_map() -> str:
     return notes[: notes.index("\nReference\n")]
 
 
-def _dotted_name(named: str) -> str:
-    """The module a map entry names: a path under ``pytensor/``, else the last
-    dotted part of one module (``jax_ofg`` alone: the facade)."""
-    if "/" in named:
-        return "pytensor." + named.replace("/", ".")
+def _dotted_name(named: str) -> str | None:
+    """The module a map entry names, or None: a path in the private package
+    (``host/op``), a path under ``pytensor/`` (``link/jax/dispatch/jax_ofg``)
+    or ``jax_ofg`` alone (the facade)."""
     if named == "jax_ofg":
         return FACADE
-    (name,) = [m for m in MODULES if m.rsplit(".", 1)[1] == named]
-    return name
+    if named.startswith("link/"):
+        name = "pytensor." + named.replace("/", ".")
+    else:
+        name = f"{PRIVATE_PACKAGE}.{named.replace('/', '.')}"
+    return name if name in MODULES else None
 
 
 def _map_layers() -> list[list[str]]:
@@ -243,24 +252,90 @@ def _map_layers() -> list[list[str]]:
         itertools.takewhile(lambda line: not line or line.startswith(" "), lines)
     )
     rows = table.split("\n   * - ")[2:]  # before: the options, the header row
+    # Each row: the subsystem, its modules, where it is explained.
     return [
         list(
-            dict.fromkeys(map(_dotted_name, re.findall(r"``([\w/]*jax_ofg\w*)``", row)))
+            dict.fromkeys(
+                name
+                for named in re.findall(r"``([\w/]+)``", row.split("\n     - ")[1])
+                if (name := _dotted_name(named))
+            )
         )
         for row in rows
     ]
 
 
 def test_the_guide_maps_every_module():
-    """The guide's developer notes name each module (by its last dotted part)."""
-    notes = _module_map()
-    named = set(re.findall(r"[`/](jax_ofg\w*)``", notes))
-    missing = [m for m in MODULES if m.rsplit(".", 1)[1] not in named]
-    # link/*/dispatch/jax_ofg and compile/jax_ofg share a name: by folder there
-    missing = [m for m in missing if m.rsplit(".", 1)[1] != "jax_ofg"]
+    """The guide's module map names each module, in exactly one row."""
+    mapped = [module for layer in _map_layers() for module in layer]
+    missing = sorted(set(MODULES) - set(mapped))
     assert not missing, f"not in the guide's module map: {missing}"
+    assert len(mapped) == len(set(mapped)), "a module in two rows of the map"
+    notes = _module_map()
     for folder in ("link/jax/dispatch/jax_ofg", "link/numba/dispatch/jax_ofg"):
         assert f"``{folder}``" in notes
+
+
+def _folders() -> dict[Path, list[Path]]:
+    """Every folder of the checkout's ``pytensor/`` tree holding modules: its modules."""
+    folders: dict[Path, list[Path]] = {}
+    for path in sorted((CHECKOUT / "pytensor").rglob("*.py")):
+        if path.name != "__init__.py":
+            folders.setdefault(path.parent, []).append(path)
+    return folders
+
+
+def test_no_folder_holds_more_than_eight_modules():
+    crowded = {
+        str(folder.relative_to(CHECKOUT)): len(paths)
+        for folder, paths in _folders().items()
+        if len(paths) > 8
+    }
+    assert not crowded
+
+
+def test_the_private_package_names_do_not_repeat_it():
+    """Inside the private package, no ``jax_ofg_`` prefix: the folder says it."""
+    repeated = [
+        name
+        for name in MODULES
+        if name.startswith(PRIVATE_PACKAGE + ".")
+        and any(part.startswith("jax_ofg") for part in name.split(".")[3:])
+    ]
+    assert not repeated
+
+
+def test_each_folder_of_the_private_package_is_one_row_of_the_map():
+    """A subsystem is a folder: its modules are one layer of the map, alone
+    with the dispatch that belongs to it."""
+    depth = {module: k for k, layer in enumerate(_map_layers()) for module in layer}
+    for folder in PRIVATE.iterdir():
+        if not folder.is_dir() or folder.name == "__pycache__":
+            continue
+        rows = {
+            depth[name]
+            for name in MODULES
+            if name.startswith(f"{PRIVATE_PACKAGE}.{folder.name}.")
+        }
+        assert len(rows) == 1, f"{folder.name}/ spans rows {sorted(rows)}"
+        (row,) = rows
+        others = [
+            m
+            for m in _map_layers()[row]
+            if m.startswith(PRIVATE_PACKAGE + ".")
+            and not m.startswith(f"{PRIVATE_PACKAGE}.{folder.name}.")
+        ]
+        assert not others, f"row of {folder.name}/ holds {others}"
+
+
+def test_the_private_packages_init_files_hold_only_a_docstring():
+    """Importing a folder of the private package imports and does nothing."""
+    for name, path in package_files().items():
+        body = ast.parse(path.read_text()).body
+        assert len(body) == 1, name
+        assert isinstance(body[0], ast.Expr), name
+        assert isinstance(body[0].value, ast.Constant), name
+        assert isinstance(body[0].value.value, str), name
 
 
 def test_the_map_layers_import_only_from_the_layers_above():

@@ -26,8 +26,8 @@ from jax.experimental import checkify
 
 import pytensor
 import pytensor.tensor as pt
+from pytensor.compile._jax_ofg.tracing.functions import OutputStructureError
 from pytensor.compile.jax_ofg import ShapeInferenceError, as_jax_op
-from pytensor.compile.jax_ofg_functions import OutputStructureError
 
 
 RNG = np.random.default_rng(20260701)

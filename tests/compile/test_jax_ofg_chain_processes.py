@@ -15,8 +15,8 @@ import pytest
 import xarray as xr
 from _fresh_process import run_script
 
-from pytensor.compile import jax_ofg_chain_processes as chain_processes
-from pytensor.compile.jax_ofg_chain_processes import (
+from pytensor.compile._jax_ofg.samplers import chain_processes
+from pytensor.compile._jax_ofg.samplers.chain_processes import (
     WorkerResult,
     merge_chains,
     run_chain_processes,
@@ -35,7 +35,7 @@ def test_chains_in_pinned_processes_sample_the_analytic_posterior():
         import json, os
         import numpy as np
         from _conjugate_model import build_model, check_posterior, observed_data
-        from pytensor.compile.jax_ofg_chain_processes import (
+        from pytensor.compile._jax_ofg.samplers.chain_processes import (
             merge_chains, run_chain_processes,
         )
 
@@ -88,7 +88,7 @@ def test_a_seed_gives_the_same_draws_and_the_model_of_the_with_block_is_sampled(
         import json
         import pymc as pm
         from _conjugate_model import build_model
-        from pytensor.compile.jax_ofg_chain_processes import sample_in_processes
+        from pytensor.compile._jax_ofg.samplers.chain_processes import sample_in_processes
 
         model = build_model(pool_work=False)
         theta = model["theta"]
@@ -126,7 +126,7 @@ def test_a_failing_worker_stops_the_others_and_is_named_with_its_error(tmp_path)
     done = run_script(
         f"""
         import os, time
-        from pytensor.compile.jax_ofg_chain_processes import (
+        from pytensor.compile._jax_ofg.samplers.chain_processes import (
             ChainProcessError, sample_in_processes,
         )
 
@@ -160,7 +160,7 @@ def test_workers_that_outlast_the_timeout_are_stopped(tmp_path):
     done = run_script(
         f"""
         import os, time
-        from pytensor.compile.jax_ofg_chain_processes import (
+        from pytensor.compile._jax_ofg.samplers.chain_processes import (
             ChainProcessError, sample_in_processes,
         )
 

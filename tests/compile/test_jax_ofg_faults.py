@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from _fresh_process import run_python
 
-from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile import jax_ofg_trace_cache as trace_cache
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache import traces as trace_cache
 
 
 LOGGER = "pytensor.compile.jax_ofg"
@@ -144,7 +144,7 @@ import errno, json, os, sys
 import jax.numpy as jnp, numpy as np
 import pytensor, pytensor.tensor as pt
 from pytensor.compile.jax_ofg import as_jax_op, trace_cache_info
-from pytensor.compile.jax_ofg_xla_cache import xla_cache_dir
+from pytensor.compile._jax_ofg.cache.xla import xla_cache_dir
 
 if sys.argv[1] == "full":
     from test_jax_ofg_faults import HalfWritten
@@ -221,7 +221,7 @@ import json, os, signal, threading, time
 from pathlib import Path
 import numpy as np
 from _interrupt_routes import build_with_ops
-from pytensor.compile.jax_ofg_chain_processes import (
+from pytensor.compile._jax_ofg.samplers.chain_processes import (
     ChainProcessError, sample_in_processes,
 )
 

@@ -27,17 +27,17 @@ from _fake_distributions import install_distribution
 from _fresh_process import run_script
 
 import pytensor.tensor as pt
-from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
-from pytensor.compile.jax_ofg_code_origin import module_kind
-from pytensor.compile.jax_ofg_environment import environment_fingerprint
-from pytensor.compile.jax_ofg_fingerprints import (
+from pytensor.compile._jax_ofg.cache.code_origin import module_kind
+from pytensor.compile._jax_ofg.cache.environment import environment_fingerprint
+from pytensor.compile._jax_ofg.cache.fingerprints import (
     Undescribable,
     describe,
     describe_or_raise,
     digest,
     fingerprint,
 )
-from pytensor.compile.jax_ofg_functions import INPUT, FlatJaxFunction, Static
+from pytensor.compile._jax_ofg.tracing.functions import INPUT, FlatJaxFunction, Static
+from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
 from pytensor.tensor.type import TensorType
 
 
@@ -253,8 +253,8 @@ def test_equal_in_fresh_processes_until_a_helper_changes(tmp_path):  # (i) and (
         import json
         import diffrax
         import jax.numpy as jnp
-        from pytensor.compile.jax_ofg_environment import environment_fingerprint
-        from pytensor.compile.jax_ofg_fingerprints import fingerprint
+        from pytensor.compile._jax_ofg.cache.environment import environment_fingerprint
+        from pytensor.compile._jax_ofg.cache.fingerprints import fingerprint
         import helpers
 
         TS = jnp.linspace(0.0, 1.0, 5)
@@ -293,8 +293,8 @@ def test_a_library_is_described_by_its_version(tmp_path):  # (g)
         import json, sys
         sys.path.insert(0, {str(site)!r})
         import fakelib
-        from pytensor.compile.jax_ofg_code_origin import module_kind
-        from pytensor.compile.jax_ofg_fingerprints import fingerprint
+        from pytensor.compile._jax_ofg.cache.code_origin import module_kind
+        from pytensor.compile._jax_ofg.cache.fingerprints import fingerprint
 
         def f(x):
             return fakelib.scale(x)
@@ -499,7 +499,7 @@ def test_the_environment_in_fresh_processes(tmp_path):  # (h)
         import sys
         import jax
         jax.config.update("jax_enable_x64", sys.argv[-1] == "on")
-        from pytensor.compile.jax_ofg_environment import environment_fingerprint
+        from pytensor.compile._jax_ofg.cache.environment import environment_fingerprint
         print(environment_fingerprint())
     """
     (tmp_path / "env.py").write_text(textwrap.dedent(script))
@@ -516,7 +516,7 @@ def test_the_environment_in_fresh_processes(tmp_path):  # (h)
 def test_docstring_examples():
     import doctest
 
-    import pytensor.compile.jax_ofg_fingerprints as module
+    import pytensor.compile._jax_ofg.cache.fingerprints as module
 
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0

@@ -20,11 +20,11 @@ from _linkers import compile_function, jax_op_nodes, without_islands
 
 import pytensor
 import pytensor.tensor as pt
-from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
-from pytensor.compile.jax_ofg_transforms import (
+from pytensor.compile._jax_ofg.op.transforms import (
     ChosenGradient,
     GradientModeError,
 )
+from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
 from pytensor.gradient import DisconnectedInputError
 from pytensor.tensor.type import TensorType
 

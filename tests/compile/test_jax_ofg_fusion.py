@@ -7,14 +7,14 @@ import pytest
 from _linkers import compile_function, jax_op_nodes, without_islands
 
 import pytensor.tensor as pt
-from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
-from pytensor.compile.jax_ofg_island import JaxIsland
-from pytensor.compile.jax_ofg_packing import DtypePacking
-from pytensor.compile.jax_ofg_transforms import (
+from pytensor.compile._jax_ofg.host.packing import DtypePacking
+from pytensor.compile._jax_ofg.islands.op import JaxIsland
+from pytensor.compile._jax_ofg.op.transforms import (
     VJPForward,
     VJPFromResiduals,
     residual_dtypes,
 )
+from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
 
 
 class BodyCounter:

@@ -8,15 +8,15 @@ from _linkers import compile_function, jax_op_nodes, without_islands
 
 import pytensor
 import pytensor.tensor as pt
-from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
-from pytensor.compile.jax_ofg_functions import BakedInputs
-from pytensor.compile.jax_ofg_host_op import writable_outputs
-from pytensor.graph.fg import FunctionGraph
-from pytensor.tensor.rewriting.jax_ofg_fusion import (
+from pytensor.compile._jax_ofg.host.op import writable_outputs
+from pytensor.compile._jax_ofg.host.readonly_outputs import writable_flags
+from pytensor.compile._jax_ofg.islands.fusion import (
     BAKED_CONSTANT_SIZE,
     bake_constant_inputs,
 )
-from pytensor.tensor.rewriting.jax_ofg_readonly_outputs import writable_flags
+from pytensor.compile._jax_ofg.tracing.functions import BakedInputs
+from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
+from pytensor.graph.fg import FunctionGraph
 
 
 @as_jax_op

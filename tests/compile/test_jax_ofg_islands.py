@@ -24,9 +24,10 @@ from test_jax_ofg_fusion import BodyCounter
 
 import pytensor
 import pytensor.tensor as pt
+from pytensor.compile._jax_ofg.islands.op import JaxIsland, JaxIslandFallbackWarning
+from pytensor.compile._jax_ofg.islands.selection import find_islands, joins_islands
 from pytensor.compile.io import In
 from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
-from pytensor.compile.jax_ofg_island import JaxIsland, JaxIslandFallbackWarning
 from pytensor.compile.mode import Mode, get_mode
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
@@ -35,7 +36,6 @@ from pytensor.link.numba.dispatch import numba_funcify
 from pytensor.raise_op import Assert
 from pytensor.scalar import add as scalar_add
 from pytensor.tensor.elemwise import Elemwise
-from pytensor.tensor.rewriting.jax_ofg_islands import find_islands, joins_islands
 
 
 #: The host linkers, where islands form: (id, mode).
@@ -522,7 +522,7 @@ def test_nested_sir_logp_dlogp_is_one_island_called_directly(ravel_inputs):
     """
     from pymc.model.transform.optimization import freeze_dims_and_data
 
-    from pytensor.compile.jax_ofg_host_op import one_jax_op
+    from pytensor.compile._jax_ofg.host.op import one_jax_op
 
     model = models.sir_nested_model()
     f = model.logp_dlogp_function(ravel_inputs=ravel_inputs)._pytensor_function

@@ -23,8 +23,8 @@ from scipy import stats
 
 import pytensor
 import pytensor.tensor as pt
-from pytensor.compile.jax_ofg_island import JaxIsland
-from pytensor.compile.jax_ofg_trace_cache import Entry
+from pytensor.compile._jax_ofg.cache.traces import Entry
+from pytensor.compile._jax_ofg.islands.op import JaxIsland
 
 
 TIMES = np.linspace(0.0, 3.0, 12)
@@ -170,8 +170,8 @@ def test_fits_to_other_data_trace_nothing_again(project):
 
 
 def test_data_are_island_inputs_and_lengths_stay_in_the_program():
+    from pytensor.compile._jax_ofg.islands.selection import is_data
     from pytensor.compile.jax_ofg import as_jax_op
-    from pytensor.tensor.rewriting.jax_ofg_islands import is_data
 
     @as_jax_op
     def trajectory(theta, t):

@@ -25,15 +25,15 @@ from pymc.sampling.jax import get_jaxified_logp
 
 import pytensor
 import pytensor.tensor as pt
-from pytensor.compile import jax_ofg_nutpie
+from pytensor.compile._jax_ofg.host.op import one_jax_op
+from pytensor.compile._jax_ofg.samplers import nutpie as nutpie_callbacks
 from pytensor.compile.jax_ofg import as_jax_op
-from pytensor.compile.jax_ofg_host_op import one_jax_op
 from pytensor.compile.mode import get_mode
 
 
 def call_logp(compiled, x: np.ndarray, dim: int | None = None):
     """(status, logp, gradient) of nutpie's log-density function at ``x``."""
-    function = jax_ofg_nutpie.LOGP_SIGNATURE(compiled.compiled_logp_func.address)
+    function = nutpie_callbacks.LOGP_SIGNATURE(compiled.compiled_logp_func.address)
     x = np.ascontiguousarray(x, dtype=np.float64)
     gradient, logp = np.full(len(x), np.nan), np.full(1, np.nan)
     status = function(
@@ -65,8 +65,8 @@ def compiled(model):
 def test_a_model_holding_jax_ops_gets_host_callbacks(compiled):
     assert type(compiled).__name__ == "HostCallbackPyMCModel"
     assert isinstance(compiled, nutpie.compile_pymc.CompiledPyMCModel)
-    assert isinstance(compiled.compiled_logp_func, jax_ofg_nutpie.HostCallback)
-    assert isinstance(compiled.compiled_expand_func, jax_ofg_nutpie.HostCallback)
+    assert isinstance(compiled.compiled_logp_func, nutpie_callbacks.HostCallback)
+    assert isinstance(compiled.compiled_expand_func, nutpie_callbacks.HostCallback)
 
 
 def test_the_log_density_callback_is_the_model_and_its_gradient(model, compiled):
@@ -110,7 +110,7 @@ def test_threads_calling_at_once_each_get_their_own_point(model, compiled):
 
 
 def test_a_point_buffer_and_its_jax_array_share_memory():
-    buffer, array = jax_ofg_nutpie.aliased_buffer((3,), "float64")
+    buffer, array = nutpie_callbacks.aliased_buffer((3,), "float64")
     double = jax.jit(lambda x: 2 * jnp.sin(x))
     double(np.zeros(3))  # a first call, as with nutpie's point as NumPy's
     events: list[str] = []
@@ -131,7 +131,7 @@ def test_a_point_buffer_and_its_jax_array_share_memory():
 
 def test_where_jax_copies_host_memory_the_point_is_passed_as_is(model, monkeypatch):
     monkeypatch.setattr(jax, "device_put", lambda x, **_: jnp.array(x))  # a copy
-    assert jax_ofg_nutpie.aliased_buffer((2,), "float64") == (None, None)
+    assert nutpie_callbacks.aliased_buffer((2,), "float64") == (None, None)
     compiled = nutpie.compile_pymc_model(model)
     reference = jax_value_and_grad(model)
     for x in ([0.3, -0.7], [1.5, 0.25]):
@@ -143,7 +143,7 @@ def test_where_jax_copies_host_memory_the_point_is_passed_as_is(model, monkeypat
 
 
 def test_expanding_a_point_gives_the_draw(compiled):
-    function = jax_ofg_nutpie.EXPAND_SIGNATURE(compiled.compiled_expand_func.address)
+    function = nutpie_callbacks.EXPAND_SIGNATURE(compiled.compiled_expand_func.address)
     x = np.array([0.25, -1.5])
     out = np.full(compiled.n_expanded, np.nan)
     status = function(2, compiled.n_expanded, x.ctypes.data, out.ctypes.data, 0)
@@ -172,7 +172,7 @@ def test_a_flat_function_holds_each_output_in_its_slot(one_island):
         mode=mode if one_island else mode.excluding("jax_islands"),
     )
     assert (one_jax_op(function.maker.fgraph) is not None) == one_island
-    call, slots = jax_ofg_nutpie.flat_function(function)
+    call, slots = nutpie_callbacks.flat_function(function)
     point = np.array([0.1, -0.2, 0.3])
     buffers = call(point)
     got = [buffers[b][start:stop] for b, start, stop in slots]

@@ -7,18 +7,41 @@ import sys
 import zipfile
 from pathlib import Path
 
-from _checkout import ROOT, module_files
+import pytest
+from _checkout import PRIVATE, ROOT, module_files, package_files
+
+from pytensor.compile._jax_ofg.cache.environment import project_files
 
 
 CHECKOUT = ROOT
-#: Every module of the package in the checkout: the wheel must ship exactly these.
+#: Every module of the package in the checkout.
 MODULES = [str(path.relative_to(ROOT)) for path in module_files().values()]
+#: Our private package's own __init__.py files (the only ones we may ship).
+PACKAGES = [str(path.relative_to(ROOT)) for path in package_files().values()]
+#: What the wheel must ship, exactly: the modules and our packages' __init__.py.
+SHIPPED = sorted(MODULES + PACKAGES)
+PRIVATE_PACKAGE = str(PRIVATE.relative_to(ROOT)) + "/"
 
 
 def test_tests_import_the_checkout():
     for name in MODULES:
         module = importlib.import_module(name.removesuffix(".py").replace("/", "."))
         assert Path(module.__file__).resolve() == CHECKOUT / name
+    for name, path in package_files().items():
+        assert Path(importlib.import_module(name).__file__).resolve() == path
+
+
+def test_a_module_not_in_the_checkout_is_not_imported_from_elsewhere():
+    """A name of the old flat layout fails, not a stale installed copy."""
+    with pytest.raises(ModuleNotFoundError, match="in the checkout"):
+        importlib.import_module("pytensor.compile._jax_ofg.op.from_jax")
+
+
+def test_the_trace_cache_keys_cover_every_shipped_file():
+    """The trace cache's key digests this project's source: every file shipped."""
+    files = project_files()
+    assert sorted(str(Path(p).relative_to(CHECKOUT)) for p in files.values()) == SHIPPED
+    assert set(module_files()) | set(package_files()) == set(files)
 
 
 def test_wheel_ships_only_the_modules(tmp_path):
@@ -40,8 +63,16 @@ def test_wheel_ships_only_the_modules(tmp_path):
     (wheel,) = tmp_path.glob("pytensor_jax_ofg-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     shipped = sorted(n for n in names if not n.startswith("pytensor_jax_ofg-"))
-    assert shipped == sorted(MODULES)
-    assert not [n for n in names if n.endswith("__init__.py")]
+    assert shipped == SHIPPED
+    # Never one of PyTensor's own files: no __init__.py but our private
+    # package's (pytensor/__init__.py, pytensor/compile/__init__.py, ...).
+    theirs = [
+        n
+        for n in names
+        if n.endswith("__init__.py") and not n.startswith(PRIVATE_PACKAGE)
+    ]
+    assert not theirs
+    assert "pytensor/compile/_jax_ofg/__init__.py" in names
     metadata = (
         zipfile.ZipFile(wheel)
         .read(next(n for n in names if n.endswith("METADATA")))
@@ -59,7 +90,7 @@ def test_installed_copy_is_this_checkout(tmp_path):
         for f in files
         if str(f).startswith("pytensor/") and str(f).endswith(".py")
     }
-    assert sorted(installed) == sorted(MODULES)
+    assert sorted(installed) == SHIPPED
     for name, path in installed.items():
         assert Path(path).read_bytes() == (CHECKOUT / name).read_bytes(), (
             f"{path} is stale: reinstall with `pip install .` (scripts/test does)"
@@ -77,7 +108,8 @@ def test_installed_copy_is_this_checkout(tmp_path):
         check=True,
     )
     assert (
-        Path(result.stdout.strip()).resolve() == Path(installed[MODULES[0]]).resolve()
+        Path(result.stdout.strip()).resolve()
+        == Path(installed["pytensor/compile/jax_ofg.py"]).resolve()
     )
 
 

@@ -19,7 +19,7 @@ import pytest
 from _linkers import compile_function, jax_op_nodes, without_islands
 
 import pytensor
-import pytensor.compile.jax_ofg_shapes as jax_ofg_shapes
+import pytensor.compile._jax_ofg.tracing.shapes as shapes
 import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import OpFromJax, ShapeInferenceError, as_jax_op
 from pytensor.compile.sharedvalue import SharedVariable
@@ -114,13 +114,13 @@ def test_shared_length_without_pymc_is_traced_at_its_current_size():
 def traced(monkeypatch) -> list[str]:
     """The labels of the shape traces tried, in order."""
     labels = []
-    original = jax_ofg_shapes._attempt
+    original = shapes._attempt
 
     def record(label, *args):
         labels.append(label)
         return original(label, *args)
 
-    monkeypatch.setattr(jax_ofg_shapes, "_attempt", record)
+    monkeypatch.setattr(shapes, "_attempt", record)
     return labels
 
 
@@ -138,12 +138,12 @@ def test_current_size_is_not_traced_when_the_symbolic_trace_works(traced):
 
 
 def test_static_shapes_trace_once_and_fold_nothing(monkeypatch, traced):
-    import pytensor.compile.jax_ofg_dims as jax_ofg_dims
+    import pytensor.compile._jax_ofg.tracing.dims as dims
 
     def fail(*args, **kwargs):
         raise AssertionError("folded a shape graph of a static shape")
 
-    monkeypatch.setattr(jax_ofg_dims, "_fold", fail)
+    monkeypatch.setattr(dims, "_fold", fail)
     out = as_jax_op(lambda x: 2.0 * x, name="double")(pt.vector("x", shape=(3,)))
     assert out.type.shape == (3,)
     assert traced == ["static shapes"]

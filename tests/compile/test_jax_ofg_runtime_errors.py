@@ -22,12 +22,12 @@ from _fresh_process import run_script
 from _linkers import compile_function
 
 import pytensor.tensor as pt
+from pytensor.compile._jax_ofg.errors import ADVICE
 from pytensor.compile.jax_ofg import (
     WrappedFunctionRuntimeWarning,
     as_jax_op,
     runtime_error_counts,
 )
-from pytensor.compile.jax_ofg_errors import ADVICE
 
 
 #: What JAX raises for a failed check, by its dispatch path: the first call of

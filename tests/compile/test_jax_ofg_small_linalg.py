@@ -16,9 +16,9 @@ import scipy.linalg
 from _linkers import LINKER_MODES, compile_function
 
 import pytensor.tensor as pt
-from pytensor.compile import jax_ofg_small_linalg as small_linalg
+from pytensor.compile._jax_ofg import small_linalg
+from pytensor.compile._jax_ofg.cache.environment import environment_fingerprint
 from pytensor.compile.jax_ofg import as_jax_op
-from pytensor.compile.jax_ofg_environment import environment_fingerprint
 
 
 RNG = np.random.default_rng(20261206)

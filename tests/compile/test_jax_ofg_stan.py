@@ -1,4 +1,4 @@
-"""Stan's porting toolkit (jax_ofg_stan): ODE settings, starting points, bounds.
+"""Stan's porting toolkit (``_jax_ofg.stan``): ODE settings, starting points, bounds.
 
 Values are checked against Stan's documented rules and against direct
 computation: Stan's accept/reject rule near the step budget on an oscillator

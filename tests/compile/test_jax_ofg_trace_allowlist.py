@@ -295,8 +295,10 @@ def test_an_upgrade_while_a_process_runs_keeps_what_its_modules_compute(
     value JAX computes in this process), and no new trace is kept."""
     import sys
 
+    from pytensor.compile._jax_ofg.cache.environment import (
+        installed_distributions_changed,
+    )
     from pytensor.compile.jax_ofg import as_jax_op, trace_cache_info
-    from pytensor.compile.jax_ofg_environment import installed_distributions_changed
 
     libs = tmp_path / "libs"
     install_distribution(libs, "liba", "1.0", LIBRARY_A)
@@ -592,7 +594,7 @@ def test_command_line_arguments_read_while_tracing_are_in_the_key(monkeypatch):
     """``sys.argv`` is data a module holds: described, not refused."""
     import sys
 
-    from pytensor.compile import jax_ofg_trace_cache as trace_cache
+    from pytensor.compile._jax_ofg.cache import traces as trace_cache
 
     def with_argv(x):
         return float(len(sys.argv)) * x
@@ -642,7 +644,7 @@ def test_a_package_putting_its_vendored_folder_on_the_path_changes_no_key(
     own version. A folder of distributions of its own is another environment."""
     import sys
 
-    from pytensor.compile import jax_ofg_environment as environment
+    from pytensor.compile._jax_ofg.cache import environment
 
     site = tmp_path / "site"
     (site / "pkg" / "_vendor" / "vendored-1.0.dist-info").mkdir(parents=True)
@@ -688,7 +690,7 @@ def test_a_cell_run_again_is_watched_again():
 def test_code_equal_to_covered_code_in_other_globals_is_not_covered():
     """The same function text in two modules: the key describes one module's
     globals, so the other's code (``==`` to it) is code the key does not describe."""
-    from pytensor.compile.jax_ofg_trace_watch import watching
+    from pytensor.compile._jax_ofg.cache.watch import watching
 
     def scale_in(module_name, factor):
         module = {"__name__": module_name, "FACTOR": factor}

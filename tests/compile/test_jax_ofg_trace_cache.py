@@ -445,7 +445,7 @@ def test_an_audit_event_the_recursion_limit_hides_refuses_the_trace(
     tmp_path, monkeypatch
 ):
     """An event the watch cannot attribute (no stack left) fails closed."""
-    from pytensor.compile import jax_ofg_trace_watch as trace_watch
+    from pytensor.compile._jax_ofg.cache import watch as trace_watch
 
     def out_of_stack(*args, **kwargs):
         raise RecursionError
@@ -464,7 +464,7 @@ def test_verify_names_the_function_whose_trace_it_cannot_reproduce(monkeypatch):
     blind, and random state read while tracing slips through it."""
     import random
 
-    from pytensor.compile import jax_ofg_trace_cache as trace_cache
+    from pytensor.compile._jax_ofg.cache import traces as trace_cache
     from pytensor.compile.jax_ofg import as_jax_op
 
     watched = trace_cache._watched
@@ -493,7 +493,7 @@ def test_verify_names_the_function_whose_trace_it_cannot_reproduce(monkeypatch):
 
 
 def test_the_flag_takes_on_off_verify_and_booleans():
-    from pytensor.compile import jax_ofg_trace_cache as trace_cache
+    from pytensor.compile._jax_ofg.cache import traces as trace_cache
 
     for value, mode in [(True, "on"), (False, "off"), ("verify", "verify")]:
         with pytensor.config.change_flags(jax_ofg__trace_cache=value):
@@ -639,7 +639,7 @@ def _flagged_as_jax_computes(f, *args):
     ``f`` does, and no check failed."""
     import jax
 
-    from pytensor.compile.jax_ofg_checks import flag_checks, holds_host_callbacks
+    from pytensor.compile._jax_ofg.host.checks import flag_checks, holds_host_callbacks
 
     jaxpr = jax.make_jaxpr(f)(*args)
     assert holds_host_callbacks(jaxpr)
@@ -713,7 +713,7 @@ def test_the_oldest_entries_go_beyond_the_size_limit_and_clear_empties_it(
     tmp_path, monkeypatch
 ):
     """The folder stays under ``MAX_BYTES``; ``clear_trace_cache`` forgets everything."""
-    from pytensor.compile import jax_ofg_trace_cache as trace_cache
+    from pytensor.compile._jax_ofg.cache import traces as trace_cache
 
     monkeypatch.setattr(trace_cache, "mode", lambda: "on")
     monkeypatch.setattr(trace_cache, "trace_cache_dir", lambda: tmp_path)
@@ -749,7 +749,7 @@ def test_the_suites_fresh_processes_verify_every_hit(tmp_path):
         [
             "-c",
             "import pytensor.compile.jax_ofg; "
-            "from pytensor.compile.jax_ofg_trace_cache import mode; print(mode())",
+            "from pytensor.compile._jax_ofg.cache.traces import mode; print(mode())",
         ],
         tmp_path,
         timeout=120,

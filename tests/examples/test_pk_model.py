@@ -1,7 +1,7 @@
 """benchmarks/_pk_model.py: ``diffrax.Kvaerno5()`` as written, lowered without LAPACK.
 
 Its Newton steps solve 2 x 2 systems with lineax's LU; the package lowers
-them as unrolled XLA operations (``jax_ofg_small_linalg``). The derivatives
+them as unrolled XLA operations (``_jax_ofg.small_linalg``). The derivatives
 in both modes must equal those of the same program with jaxlib's LAPACK calls.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from _scripts import BENCHMARKS, imported_scripts
 
-from pytensor.compile import jax_ofg_small_linalg as small_linalg
+from pytensor.compile._jax_ofg import small_linalg
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""JAX linker: an :class:`~pytensor.compile.jax_ofg_op.OpFromJax` is its own inner function.
+"""JAX linker: an :class:`~pytensor.compile._jax_ofg.op.from_jax.OpFromJax` is its own inner function.
 
 Registered by :func:`pytensor.compile.jax_ofg.install`:
 :func:`jax_funcify_OpFromJax` with PyTensor's ``jax_funcify``, and
@@ -13,13 +13,13 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile import jax_ofg_fork_guard
-from pytensor.compile.jax_ofg_errors import RaisedWhile, mark, report
-from pytensor.compile.jax_ofg_host_op import graph_holds_jax_ops, wrapped_functions_in
-from pytensor.compile.jax_ofg_op import OpFromJax
-from pytensor.compile.jax_ofg_trace_watch import fresh_trace_context
-from pytensor.compile.jax_ofg_transforms import (
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache.watch import fresh_trace_context
+from pytensor.compile._jax_ofg.errors import RaisedWhile, mark, report
+from pytensor.compile._jax_ofg.host import fork_guard
+from pytensor.compile._jax_ofg.host.op import graph_holds_jax_ops, wrapped_functions_in
+from pytensor.compile._jax_ofg.op.from_jax import OpFromJax
+from pytensor.compile._jax_ofg.op.transforms import (
     SharedPullbacks,
     VJPFunction,
     cast_cotangents,
@@ -105,7 +105,7 @@ class ForkCheckedFunction:
     """A JAX-linker function holding wrapped JAX functions, checked before each call.
 
     Its errors name the wrapped functions, as a host call's do (see
-    :func:`~pytensor.compile.jax_ofg_errors.report`).
+    :func:`~pytensor.compile._jax_ofg.errors.report`).
     """
 
     __slots__ = ("_compiled", "_functions")
@@ -115,8 +115,8 @@ class ForkCheckedFunction:
         self._functions = tuple(functions)
 
     def __call__(self, *args):
-        if jax_ofg_fork_guard.forked_after_jax_started:
-            jax_ofg_fork_guard.refuse_call_after_fork(
+        if fork_guard.forked_after_jax_started:
+            fork_guard.refuse_call_after_fork(
                 "A function compiled with mode='JAX' that holds wrapped JAX functions"
             )
         try:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from pytensor.compile import jax_ofg_compat as compat
-from pytensor.compile.jax_ofg_fingerprints import describe, digest
-from pytensor.compile.jax_ofg_host_op import (
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache.fingerprints import describe, digest
+from pytensor.compile._jax_ofg.host.op import (
     JaxHostOp,
     input_cells,
     one_jax_op,
@@ -67,7 +67,7 @@ def register(op: JaxHostOp, writable: tuple[bool, ...], host: Callable) -> str:
     Equal ops get the same key in every process: the compiled body's source
     holds it, so that is what lets Numba's on-disk cache serve the body in the
     next process. The key starts from the op's description
-    (:func:`~pytensor.compile.jax_ofg_fingerprints.describe`) or, for an op
+    (:func:`~pytensor.compile._jax_ofg.cache.fingerprints.describe`) or, for an op
     that cannot be described, from its type and output types; ops that start
     alike but differ get the next free suffix, in the order they are compiled
     (an op registered already keeps its suffix).
@@ -158,9 +158,9 @@ def unpacking_source(
     """Numba source slicing each output out of the packed buffers.
 
     ``buffers`` names the buffer of each dtype of
-    :attr:`~pytensor.compile.jax_ofg_host_op.JaxHostOp.packing`. Static shapes
+    :attr:`~pytensor.compile._jax_ofg.host.op.JaxHostOp.packing`. Static shapes
     are constants; unknown ones are read from ``dims`` (see
-    :meth:`~pytensor.compile.jax_ofg_host_op.JaxHostOp.buffers_function`).
+    :meth:`~pytensor.compile._jax_ofg.host.op.JaxHostOp.buffers_function`).
     Returns the lines, the outputs' names, and whether ``dims`` is read.
 
     >>> from pytensor.tensor.type import TensorType
@@ -266,7 +266,7 @@ def install_direct_host_thunk() -> bool:
     """Make the Numba linker run a graph that is one JAX op from a Python thunk.
 
     A model's whole ``logp_dlogp`` is often one
-    :class:`~pytensor.compile.jax_ofg_island.JaxIsland`: a Numba function
+    :class:`~pytensor.compile._jax_ofg.islands.op.JaxIsland`: a Numba function
     around it would only enter object mode to call the island's host
     function (a few microseconds per call, and its compilation at the first
     call). The graph's thunk then calls the host function itself; the linker's

@@ -1,0 +1,1 @@
+"""Graphs as XLA programs: :class:`~pytensor.compile.jax_ofg.JaxIsland`, island selection, fusion."""

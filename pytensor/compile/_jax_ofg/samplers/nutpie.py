@@ -1,0 +1,543 @@
+"""nutpie calls a model holding JAX ops through host callbacks, compiled in no process.
+
+nutpie's Numba backend wraps PyTensor's Numba function of the log-density in
+a ``numba.cfunc`` closure over the model, which Numba cannot cache: every
+process types and lowers the whole log-density again before its first draw
+(about 3 s for ``examples/stan_ode.py``, 10 s for larger models). A model
+holding JAX ops gains nothing from it: its function enters object mode, and
+holds the GIL, to call each op's XLA program anyway.
+
+For such models (the log-density's graph holds a
+:class:`~pytensor.compile._jax_ofg.host.op.JaxHostOp`), nutpie gets C function
+pointers of the same signature made by :mod:`ctypes` instead:
+
+* a graph that is one JAX op (a model's ``logp_dlogp`` is usually one
+  island) calls the op's XLA program directly, as the Numba linker's direct
+  thunk does, and copies its packed output buffer into nutpie's
+  (:func:`flat_function`);
+* any other graph calls PyTensor's Numba function (``vm.jit_fn``), which
+  PyTensor caches on disk.
+
+Both are pure functions of their arguments, so nutpie's chains call them from
+their threads at once; the GIL is released while XLA runs. Models without JAX
+ops keep nutpie's own ``cfunc``. Registers nothing itself:
+:func:`pytensor.compile.jax_ofg.install` calls :func:`install_nutpie_host_callbacks`.
+
+Notes
+-----
+* The host callbacks hold the GIL for the Python part of each call (a few
+  microseconds around the XLA program); chains run in parallel only as far as
+  XLA does. jaxlib's LAPACK calls through SciPy's OpenBLAS from two threads at
+  once ran no faster than from one; small systems (a stiff solver's Newton
+  steps) make none (:mod:`~pytensor.compile._jax_ofg.small_linalg`).
+* Each nutpie thread keeps the Python thread state ctypes made for it
+  (:data:`MAX_PINNED_THREADS`).
+* ``numba.cfunc`` options passed to ``nutpie.compile_pymc_model`` keep
+  nutpie's own function, compiled in every process.
+
+Examples
+--------
+>>> import pymc as pm, nutpie                                # doctest: +SKIP
+>>> compiled = nutpie.compile_pymc_model(model)               # doctest: +SKIP
+>>> type(compiled).__name__                                   # doctest: +SKIP
+'HostCallbackPyMCModel'
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import itertools
+import logging
+import math
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+import jax
+import numpy as np
+
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache.import_hooks import after_import
+from pytensor.compile._jax_ofg.host.op import one_jax_op
+from pytensor.compile._jax_ofg.samplers.pymc import model_holds_jax_ops
+from pytensor.graph.basic import Apply, Constant
+from pytensor.graph.fg import FunctionGraph
+
+
+__all__ = [
+    "EXPAND_SIGNATURE",
+    "LOGP_SIGNATURE",
+    "HostCallback",
+    "aliased_buffer",
+    "compile_with_host_callbacks",
+    "flat_function",
+    "install_nutpie_host_callbacks",
+    "pure_function",
+]
+
+_log = logging.getLogger(__name__)
+
+_pointer = ctypes.c_void_p
+#: nutpie's log-density: ``(n_dim, x, gradient out, logp out, user_data) -> status``.
+LOGP_SIGNATURE = ctypes.CFUNCTYPE(
+    ctypes.c_int64, ctypes.c_uint64, _pointer, _pointer, _pointer, _pointer
+)
+#: nutpie's expansion to draws: ``(n_dim, n_expanded, x, out, user_data) -> status``.
+EXPAND_SIGNATURE = ctypes.CFUNCTYPE(
+    ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint64, _pointer, _pointer, _pointer
+)
+
+# nutpie's status codes (its Numba functions return the same).
+_OK, _WRONG_SIZE, _RAISED, _NONFINITE_GRADIENT, _NONFINITE_LOGP = 0, -1, 1, 3, 4
+_EXPAND_RAISED = -2
+
+
+_THREADS = threading.local()
+_ensure_gil = ctypes.pythonapi.PyGILState_Ensure
+_ensure_gil.restype = ctypes.c_int
+#: Threads whose thread state is kept (each one a few kilobytes that live as
+#: long as the process): past it, a thread's calls make and delete their own.
+MAX_PINNED_THREADS = 1024
+_pinned = itertools.count()
+
+
+def _pin_thread_state() -> None:
+    """Keep the Python thread state ctypes made for this (nutpie's) thread.
+
+    ctypes makes a thread state when a thread Python did not start calls back,
+    and deletes it when the callback returns, so every call would run in a new
+    Python thread, its thread-local state (JAX's among it) made again: two
+    chains on two cores ran slower than one. One more ``PyGILState_Ensure``,
+    never released, keeps it for the thread's lifetime and the process's (a
+    Rust thread's end is not seen from here), for the first
+    :data:`MAX_PINNED_THREADS` threads.
+    """
+    _THREADS.pinned = True
+    if next(_pinned) < MAX_PINNED_THREADS:
+        _ensure_gil()
+
+
+class HostCallback:
+    """A Python function nutpie calls through a C function pointer (``address``).
+
+    Holds the :mod:`ctypes` object, whose lifetime is the pointer's.
+    """
+
+    def __init__(self, function: Callable, signature: type):
+        self._c_function = signature(function)  # holds ``function``
+        self.address: int = ctypes.cast(self._c_function, ctypes.c_void_p).value
+
+
+def array_views(length: int) -> Callable[[int], np.ndarray]:
+    """NumPy views of ``length`` doubles at an address, one made per address.
+
+    nutpie reuses its buffers, so a chain's calls find their views in the
+    memo; it is cleared when it grows past a few hundred addresses.
+    """
+    views: dict[int, np.ndarray] = {}
+    array_type = ctypes.c_double * length
+
+    def view(address: int) -> np.ndarray:
+        array = views.get(address)
+        if array is None:
+            if len(views) > 512:
+                views.clear()
+            array = views[address] = np.frombuffer(
+                array_type.from_address(address), dtype=np.float64
+            )
+        return array
+
+    return view
+
+
+#: Where an output lies in a flat function's buffers: ``(buffer, start, stop)``.
+Slot = tuple[int, int, int | None]
+
+
+def flat_function(
+    function: Any,
+) -> tuple[Callable[..., Sequence[np.ndarray]], list[Slot]]:
+    """Return a compiled PyTensor ``function`` as flat buffers of its inputs' values.
+
+    Without its storage, so that threads may call it at once. A graph that is
+    one JAX op of static output shapes is the op's packed buffers (read-only
+    views of JAX's), which the callbacks copy straight into nutpie's, and the
+    slot of each output in them; its first input, nutpie's point, reaches XLA
+    as a JAX array (:func:`_point_as_jax_array`). Any other graph is its
+    outputs, each its own raveled buffer.
+    """
+    fgraph = function.maker.fgraph
+    node = one_jax_op(fgraph)
+    op = node.op if node is not None else None
+    if op is None or any(None in t.shape for t in op.output_types):
+        outputs = pure_function(function)
+        return (
+            lambda *inputs: [np.ravel(x) for x in outputs(*inputs)],
+            [(i, 0, None) for i in range(len(fgraph.outputs))],
+        )
+    plan = op.packing.plan(
+        [t.shape for t in op.output_types], [t.dtype for t in op.output_types]
+    )
+    slots = [plan[node.outputs.index(out)][:3] for out in fgraph.outputs]
+    function = _of_graph_inputs(op.buffers_function(), node, fgraph)
+    return _point_as_jax_array(function, fgraph.inputs[0].type), slots
+
+
+#: XLA's CPU client aliases host memory aligned to this many bytes.
+_XLA_ALIGNMENT = 64
+
+
+def aliased_buffer(shape: tuple[int, ...], dtype: str) -> tuple[np.ndarray, Any]:
+    """Return a NumPy buffer and a JAX array of the same memory, or ``(None, None)``.
+
+    ``(None, None)`` where JAX copies the buffer instead (another backend).
+    The array is uncommitted to a device, as JAX's arrays of NumPy arguments
+    are: a jitted function first called with a NumPy array takes it without
+    compiling again (a committed array, such as
+    :func:`jax.dlpack.from_dlpack` gives, added 0.45 s to the first call of
+    ``examples/stan_ode.py``'s log-density in a second process).
+    """
+    size = math.prod(shape) * np.dtype(dtype).itemsize
+    raw = np.zeros(size + _XLA_ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % _XLA_ALIGNMENT
+    buffer = raw[start : start + size].view(dtype).reshape(shape)
+    array = jax.device_put(buffer, may_alias=True)
+    if array.unsafe_buffer_pointer() != buffer.ctypes.data:
+        _log.debug("JAX copies host memory here: points are passed as NumPy arrays")
+        return None, None
+    return buffer, array
+
+
+def _point_as_jax_array(function: Callable, point_type: Any) -> Callable:
+    """Return ``function`` of a point and more, given the point as a JAX array.
+
+    JAX takes a NumPy argument through a transfer that made a call of
+    ``examples/stan_ode.py``'s log-density about 10% slower than with a JAX
+    array (another thread's work, waited for). Each calling thread keeps a
+    JAX array that aliases a NumPy buffer of its own (:func:`aliased_buffer`)
+    and copies the point into the buffer: the calls return only once XLA has
+    read it (their outputs are read), and no other thread writes it. A point
+    of unknown shape is passed as it is.
+    """
+    if None in point_type.shape:
+        return function
+    shape, dtype = tuple(point_type.shape), point_type.dtype
+    per_thread = threading.local()
+
+    def of_point(point: np.ndarray, *rest: Any) -> Any:
+        try:
+            buffer, array = per_thread.point
+        except AttributeError:
+            buffer, array = per_thread.point = aliased_buffer(shape, dtype)
+        if buffer is None:
+            return function(point, *rest)
+        buffer[...] = point
+        return function(array, *rest)
+
+    return of_point
+
+
+def _of_graph_inputs(
+    op_function: Callable, node: Apply, fgraph: FunctionGraph
+) -> Callable[..., Any]:
+    """Return ``op_function`` of ``node``'s inputs as a function of ``fgraph``'s inputs.
+
+    ``node``'s constants (an island's data) are put on JAX's device once, as
+    the Numba linker's thunks hold them.
+    """
+    if list(node.inputs) == list(fgraph.inputs):
+        return op_function
+    position = {x: i for i, x in enumerate(fgraph.inputs)}
+    template = [
+        jax.device_put(x.data) if isinstance(x, Constant) else None for x in node.inputs
+    ]
+    sources = [(i, position[x]) for i, x in enumerate(node.inputs) if x in position]
+    if sources == [(0, 0)] and len(fgraph.inputs) == 1:  # a point, then data
+        constants = template[1:]
+        return lambda point: op_function(point, *constants)
+
+    def call(*inputs):
+        arguments = template.copy()
+        for i, source in sources:
+            arguments[i] = inputs[source]
+        return op_function(*arguments)
+
+    return call
+
+
+def pure_function(function: Any) -> Callable[..., Sequence[Any]]:
+    """Return a compiled PyTensor ``function``'s outputs as a function of its inputs' values.
+
+    Without its storage, so that threads may call it at once: the host
+    function of the graph's one JAX op, or else PyTensor's Numba function.
+    """
+    fgraph = function.maker.fgraph
+    node = one_jax_op(fgraph)
+    if node is None:
+        return function.vm.jit_fn
+    # Read-only views of JAX's buffers: the callbacks copy them into nutpie's.
+    host_call = _of_graph_inputs(
+        node.op.with_copied_outputs((False,) * len(node.outputs)).host_function(),
+        node,
+        fgraph,
+    )
+    picks = [node.outputs.index(out) for out in fgraph.outputs]
+    if picks == list(range(len(node.outputs))):
+        return host_call
+
+    def picked_outputs(*inputs):
+        outputs = host_call(*inputs)
+        return [outputs[i] for i in picks]
+
+    return picked_outputs
+
+
+def logp_callback(
+    flat_logp_dlogp: tuple[Callable, Sequence[Slot]],
+    n_dim: int,
+    shared: Sequence[np.ndarray],
+) -> HostCallback:
+    """Build nutpie's log-density callback over a :func:`flat_function` of ``(x, *shared)``.
+
+    The function's outputs are the log-density and its gradient.
+    """
+    logp_dlogp, ((value_in, value_at, _), (gradient_in, start, stop)) = flat_logp_dlogp
+    view, value_view = array_views(n_dim), array_views(1)
+
+    def logp(dim, x, gradient_out, logp_out, user_data):
+        if not getattr(_THREADS, "pinned", False):
+            _pin_thread_state()
+        if dim != n_dim:
+            return _WRONG_SIZE
+        try:
+            buffers = logp_dlogp(view(x), *shared)
+            value = float(buffers[value_in][value_at])
+            gradient = view(gradient_out)
+            gradient[:] = buffers[gradient_in][start:stop]
+            value_view(logp_out)[0] = value
+            if not np.isfinite(gradient).all():
+                return _NONFINITE_GRADIENT
+            if not math.isfinite(value):
+                return _NONFINITE_LOGP
+        except BaseException:  # a rejected proposal, as in nutpie's own function
+            _log.debug("The log-density raised; nutpie rejects it", exc_info=True)
+            return _RAISED
+        return _OK
+
+    return HostCallback(logp, LOGP_SIGNATURE)
+
+
+def expand_callback(
+    flat_expand: tuple[Callable, Sequence[Slot]],
+    n_dim: int,
+    n_expanded: int,
+    shared: Sequence[np.ndarray],
+) -> HostCallback:
+    """Build nutpie's callback from a point to a draw over a :func:`flat_function`.
+
+    The function, of ``(x, *shared)``, has one output: the draw's values.
+    """
+    expand, ((values_in, start, stop),) = flat_expand
+    view = array_views(n_dim)
+    out_view = array_views(n_expanded)
+
+    def expand_draw(dim, expanded, x, out, user_data):
+        if dim != n_dim or expanded != n_expanded:
+            return _WRONG_SIZE
+        try:
+            out_view(out)[:] = expand(view(x), *shared)[values_in][start:stop]
+        except BaseException:
+            _log.debug("Expanding a draw raised", exc_info=True)
+            return _EXPAND_RAISED
+        return _OK
+
+    return HostCallback(expand_draw, EXPAND_SIGNATURE)
+
+
+def _shared_values(model: Any, function: Any) -> list[np.ndarray]:
+    """Return the values nutpie holds for ``function``'s shared variables, in input
+    order.
+    """
+    return [model.shared_data[model.shared_var_keys[v]] for v in function.get_shared()]
+
+
+def with_host_callbacks(model: Any) -> Any:
+    """Return nutpie's compiled ``model`` with its functions called through host
+    callbacks.
+    """
+    logp = logp_callback(
+        flat_function(model.logp_func),
+        model.n_dim,
+        _shared_values(model, model.logp_func),
+    )
+    expand = expand_callback(
+        flat_function(model.expand_func),
+        model.n_dim,
+        model.n_expanded,
+        _shared_values(model, model.expand_func),
+    )
+    return dataclasses.replace(
+        model, compiled_logp_func=logp, compiled_expand_func=expand
+    )
+
+
+@functools.cache
+def host_callback_model_class(base: type) -> type:
+    """Return nutpie's ``CompiledPyMCModel`` (``base``), whose ``with_data`` keeps host
+    callbacks.
+    """
+
+    @dataclasses.dataclass(frozen=True)
+    class HostCallbackPyMCModel(base):
+        """A compiled PyMC model whose functions nutpie calls through host callbacks."""
+
+        holds_jax_ops = True
+
+        def with_data(self, **updates):
+            return with_host_callbacks(super().with_data(**updates))
+
+    return HostCallbackPyMCModel
+
+
+def compile_with_host_callbacks(
+    nutpie_module: ModuleType,
+    model: Any,
+    pymc_initial_point_fn: Callable,
+    var_names: Sequence[str] | None = None,
+) -> Any:
+    """Return nutpie's Numba-backend compilation of ``model``, with host callbacks for
+    cfuncs.
+
+    What ``nutpie.compile_pymc._compile_pymc_model_numba`` does, up to the
+    two ``numba.cfunc`` calls: PyTensor's Numba functions, nutpie's copies of
+    the shared variables' values (``with_data`` replaces them), dims and coords.
+    """
+    api = compat.nutpie_numba_api(nutpie_module)
+    n_dim, n_expanded, logp_func, expand_func, initial_point, shape_info, renamed = (
+        api.make_functions(
+            model,
+            mode="NUMBA",
+            compute_grad=True,
+            join_expanded=True,
+            pymc_initial_point_fn=pymc_initial_point_fn,
+            var_names=var_names,
+        )
+    )
+    shared_data, shared_var_keys = {}, {}
+    for variable in [*logp_func.get_shared(), *expand_func.get_shared()]:
+        if variable in shared_var_keys:
+            continue
+        key = shared_var_keys[variable] = f"shared_{len(shared_var_keys)}"
+        value = shared_data[key] = np.array(variable.get_value(), order="C", copy=True)
+        value.flags.writeable = False
+    dims, coords = api.prepare_dims_and_coords(model, shape_info, renamed)
+    compiled = host_callback_model_class(api.compiled_model)(
+        _n_dim=n_dim,
+        dims=dims,
+        _coords=coords,
+        _shapes={name: tuple(shape) for name, _, shape in zip(*shape_info)},
+        compiled_logp_func=None,
+        compiled_expand_func=None,
+        initial_point_func=initial_point,
+        shared_data=shared_data,
+        shared_var_keys=shared_var_keys,
+        user_data=api.make_user_data(shared_var_keys, shared_data),
+        n_expanded=n_expanded,
+        shape_info=shape_info,
+        logp_func=logp_func,
+        expand_func=expand_func,
+        reparameterized_names=renamed,
+    )
+    return with_host_callbacks(compiled)
+
+
+def _compiling_with_host_callbacks(compile_numba: Callable) -> Callable:
+    """Wrap nutpie's ``_compile_pymc_model_numba``: models holding JAX ops get host callbacks.
+
+    Other models, and calls with ``numba.cfunc`` options, keep nutpie's own path.
+    """
+    nutpie_module = compile_numba.__module__
+
+    @functools.wraps(compile_numba)
+    def compile_pymc_model_numba(
+        model, pymc_initial_point_fn, var_names=None, **kwargs
+    ):
+        if kwargs or not model_holds_jax_ops(model):
+            return compile_numba(model, pymc_initial_point_fn, var_names, **kwargs)
+        _log.debug("nutpie calls the model's JAX ops through host callbacks")
+        return compile_with_host_callbacks(
+            sys.modules[nutpie_module], model, pymc_initial_point_fn, var_names
+        )
+
+    return compile_pymc_model_numba
+
+
+def patch_nutpie_module(module: ModuleType) -> bool:
+    """Install host callbacks in ``nutpie.compile_pymc``.
+
+    Returns whether they are installed; ``False`` (nothing changed) when
+    nutpie has moved one of the names they use.
+    """
+    if compat.nutpie_numba_api(module) is None:
+        return False
+    return compat.patch_method(
+        module,
+        compat.NUTPIE_NUMBA_COMPILER,
+        "compiles_host_callbacks",
+        _compiling_with_host_callbacks,
+    )
+
+
+#: nutpie's mass-matrix adaptation for models holding JAX ops, unless the caller
+#: chooses one: the draws' variances alone, as Stan adapts. On the predator-prey
+#: model of ``examples/stan_ode.py``, ``pm.sample()`` with nutpie's default
+#: (``"diag"``: draws and gradients) converged in 6 of 10 seeds (stuck chains,
+#: divergences), with ``"draw_diag"`` in 10 of 10, at about twice the ESS for
+#: 1.6 times the gradients; on the stiff PK model 10 and 9 of 10 (R-hat 1.014),
+#: with more ESS (``benchmarks/default_route.py``).
+DEFAULT_ADAPTATION = "draw_diag"
+
+#: ``nutpie.sample`` arguments that choose the adaptation (``adaptation``, and
+#: the older switches nutpie still maps onto it).
+ADAPTATION_ARGUMENTS = frozenset(
+    {
+        "adaptation",
+        "use_grad_based_mass_matrix",
+        "low_rank_modified_mass_matrix",
+        "transform_adapt",
+    }
+)
+
+
+def _sampling_with_default_adaptation(sample: Callable) -> Callable:
+    """Wrap ``nutpie.sample``: models holding JAX ops adapt as :data:`DEFAULT_ADAPTATION`."""
+
+    @functools.wraps(sample)
+    def sample_with_default_adaptation(compiled_model, *args, **kwargs):
+        if getattr(compiled_model, "holds_jax_ops", False) and not (
+            kwargs.keys() & ADAPTATION_ARGUMENTS
+        ):
+            _log.debug("nutpie adapts its mass matrix with %r", DEFAULT_ADAPTATION)
+            kwargs["adaptation"] = DEFAULT_ADAPTATION
+        return sample(compiled_model, *args, **kwargs)
+
+    return sample_with_default_adaptation
+
+
+def patch_nutpie_sample(module: ModuleType) -> bool:
+    """Make ``nutpie.sample`` (``module`` is ``nutpie``) adapt models holding JAX ops
+    as :data:`DEFAULT_ADAPTATION` unless told otherwise.
+    """
+    return compat.patch_method(
+        module, "sample", "adapts_jax_models", _sampling_with_default_adaptation
+    )
+
+
+def install_nutpie_host_callbacks() -> None:
+    """Patch ``nutpie.compile_pymc`` and ``nutpie.sample`` now, or when imported."""
+    after_import(compat.NUTPIE_COMPILE_MODULE, patch_nutpie_module)
+    after_import("nutpie", patch_nutpie_sample)

@@ -1,0 +1,1 @@
+"""Tracing: a pytree function over flat arrays, what PyTensor knows of input dims, output types."""
