@@ -34,7 +34,7 @@ def test_tests_import_the_checkout():
 def test_a_module_not_in_the_checkout_is_not_imported_from_elsewhere():
     """A name of the old flat layout fails, not a stale installed copy."""
     with pytest.raises(ModuleNotFoundError, match="in the checkout"):
-        importlib.import_module("pytensor.compile._jax_ofg.op.from_jax")
+        importlib.import_module("pytensor.compile.jax_ofg_op")
 
 
 def test_the_trace_cache_keys_cover_every_shipped_file():

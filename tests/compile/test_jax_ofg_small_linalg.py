@@ -67,9 +67,10 @@ def test_lu_equals_lapacks_getrf(n, name):
     np.testing.assert_array_equal(pivots, expected_pivots)
     scale = np.abs(a).max()
     # Another order of the same operations: equal to rounding, which a
-    # condition number of 1e12 amplifies in the trailing factors (both are
-    # backward stable: the product check below holds to rounding for both).
-    rtol = 1e-6 if name == "near singular" else 1e-12
+    # condition number of 1e12 amplifies in the trailing factors (up to about
+    # eps * 1e12 = 1e-4 relative; both are backward stable: the product check
+    # below holds to rounding for both).
+    rtol = 1e-4 if name == "near singular" else 1e-12
     np.testing.assert_allclose(packed, expected, rtol=rtol, atol=1e-13 * scale)
     lower = np.tril(np.asarray(packed), -1) + np.eye(n)
     np.testing.assert_allclose(
