@@ -91,7 +91,10 @@ _BOOTSTRAP = """\
 import os, pickle, sys, threading, time
 started = time.perf_counter()
 def _orphaned():  # the parent holds stdin open while it waits for this worker
-    sys.stdin.buffer.read()
+    # os.read, not sys.stdin: a daemon thread blocked inside the buffered
+    # reader holds its lock, and interpreter shutdown then aborts (SIGABRT)
+    while os.read(0, 4096):
+        pass
     os._exit(70)
 threading.Thread(target=_orphaned, daemon=True).start()
 with open(sys.argv[1], "rb") as file:
