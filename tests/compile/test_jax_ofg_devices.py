@@ -94,6 +94,7 @@ print(json.dumps(report))
 
 
 @pytest.mark.slow
+@pytest.mark.one_python
 @pytest.mark.parametrize("process", ["first", "second"])
 def test_host_calls_run_on_the_cpu_unless_the_flag_names_a_device(
     process, tmp_path_factory

@@ -169,6 +169,7 @@ print(json.dumps({
 
 
 @pytest.mark.slow
+@pytest.mark.one_python
 def test_a_full_disk_under_the_caches_loses_nothing_and_the_next_run_fills_them(
     tmp_path,
 ):
@@ -199,6 +200,7 @@ def test_a_full_disk_under_the_caches_loses_nothing_and_the_next_run_fills_them(
 
 
 @pytest.mark.slow
+@pytest.mark.one_python
 def test_a_worker_killed_by_the_os_is_named_and_the_next_fit_is_correct(tmp_path):
     (tmp_path / "script.py").write_text(KILLED_WORKER_SCRIPT)
     done = run_python([str(tmp_path / "script.py")], tmp_path, timeout=240)

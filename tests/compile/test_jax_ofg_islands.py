@@ -512,6 +512,7 @@ def test_a_new_length_specializes_again_and_keeps_the_old(island_mode):
 # function has one input; its island was always called directly). Slow: two
 # diffrax compiles (about a minute on CI).
 @pytest.mark.slow
+@pytest.mark.one_python
 @pytest.mark.parametrize("ravel_inputs", [False], ids=["unraveled"])
 def test_nested_sir_logp_dlogp_is_one_island_called_directly(ravel_inputs):
     """Issue #50's nested model: a cumsum of knots, an interpolating closure passed

@@ -308,6 +308,8 @@ def _mass_matrix_from_gradients(idata) -> bool:
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.one_python
 @pytest.mark.parametrize("holds_jax_ops", [True, False])
 def test_models_holding_jax_ops_adapt_from_the_draws_unless_told(holds_jax_ops):
     shift = as_jax_op(lambda x: jnp.sin(x) + x, name="shift")
