@@ -45,7 +45,11 @@ def sir_rate_jax(knot_times, knots):
     return diffrax.CubicInterpolation(knot_times, coefficients).evaluate
 
 
-def sir_solve_jax(beta, y0, days, gamma):
+def sir_solve_jax(beta, y0, days, gamma, *, throw=False):
+    """The SIR trajectory; ``throw=False``: a failed solve (during warm-up) gives an
+    infinite log-density, a rejection, where diffrax's default raises.
+    """
+
     def vector_field(t, y, args):
         s, i = y
         infections = beta(t) * s * i
@@ -60,7 +64,7 @@ def sir_solve_jax(beta, y0, days, gamma):
         y0,
         saveat=diffrax.SaveAt(ts=days),
         stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8),
-        throw=False,  # a failed solve during warm-up: an infinite logp, a rejection
+        throw=throw,
     )
     return solution.ys
 
@@ -158,23 +162,7 @@ def sir_nested_rate_jax(knot_times, log_knots):
 
 def sir_nested_solve_jax(beta, y0, days, gamma):
     """As :func:`sir_solve_jax`, with diffrax's default ``throw=True``."""
-
-    def vector_field(t, y, args):
-        s, i = y
-        infections = beta(t) * s * i
-        return jnp.stack([-infections, infections - gamma * i])
-
-    solution = diffrax.diffeqsolve(
-        diffrax.ODETerm(vector_field),
-        diffrax.Tsit5(),
-        days[0],
-        days[-1],
-        0.1,
-        y0,
-        saveat=diffrax.SaveAt(ts=days),
-        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8),
-    )
-    return solution.ys
+    return sir_solve_jax(beta, y0, days, gamma, throw=True)
 
 
 sir_nested_rate = as_jax_op(sir_nested_rate_jax)
