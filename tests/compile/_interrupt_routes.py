@@ -10,9 +10,15 @@ made before the test's SIGINT. It prints ``SAMPLING`` when sampling starts
 processes left after it, and a second, short fit of the same route in the
 same process (its posterior mean and standard deviation).
 
+Routes: ``nutpie`` (threads), ``processes`` (``sample_in_processes``),
+``pymc`` (PyMC's NUTS, ``cores=2``), ``numpyro`` (``mode="JAX"``), ``smc``
+and ``dask`` (one fit as a task on a ``LocalCluster`` of one worker process,
+as ``examples/sbc_boarding_school.py`` runs many).
+
 Module-level functions, so that worker processes import them by name.
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -22,8 +28,12 @@ import warnings
 
 
 SLOW_DRAWS = 10**6
-#: numpyro's draws, all in one XLA program, which an interrupt does not stop.
-NUMPYRO_DRAWS = 20_000
+#: numpyro's draws per chain: each chain is one XLA program, which an
+#: interrupt does not stop, so it must outlast the test's wait (a million
+#: draws of this model take about 3 s here); only every NUMPYRO_THINNING-th
+#: is kept, to hold memory down.
+NUMPYRO_DRAWS = 6 * 10**6
+NUMPYRO_THINNING = 100
 #: SMC's particles per chain: its stages outlast the interrupt.
 SMC_DRAWS = 20_000
 
@@ -137,18 +147,31 @@ def _fit(route: str, ops: bool, draws: int, first: bool):
             builder, chains=2, cores=2, seed=1, tune=100, draws=draws, timeout=300
         )
     if route == "numpyro":
-        # One XLA program samples: Python sees the interrupt when it ends.
+        # Chains run one after the other (chain_method="sequential"), each one
+        # XLA program: the marker comes when the second chain starts, so that
+        # compilation (done by then) does not decide where the signal lands.
         import numpyro.infer
+        import numpyro.infer.mcmc as mcmc
 
-        original = numpyro.infer.MCMC.run
+        laxmap, init = mcmc._laxmap, numpyro.infer.MCMC.__init__
 
-        def run(self, *args, **kwargs):
-            if first:
-                _marker()
-            return original(self, *args, **kwargs)
+        def each_chain(f, xs):
+            started = []
 
-        numpyro.infer.MCMC.run = run
-        common["draws"] = min(draws, NUMPYRO_DRAWS)
+            def chain(x):
+                started.append(x)
+                if first and len(started) == 2:
+                    _marker()
+                return f(x)
+
+            return laxmap(chain, xs)
+
+        def thinned(self, *args, **kwargs):
+            init(self, *args, thinning=NUMPYRO_THINNING if first else 1, **kwargs)
+
+        mcmc._laxmap, numpyro.infer.MCMC.__init__ = each_chain, thinned
+        if first:
+            common["draws"] = NUMPYRO_DRAWS
         try:
             with builder():
                 return pm.sample(
@@ -157,7 +180,7 @@ def _fit(route: str, ops: bool, draws: int, first: bool):
                     **common,
                 )
         finally:
-            numpyro.infer.MCMC.run = original
+            mcmc._laxmap, numpyro.infer.MCMC.__init__ = laxmap, init
     if route == "smc":
         import pymc.smc.sampling as smc
 
@@ -181,7 +204,51 @@ def _fit(route: str, ops: bool, draws: int, first: bool):
                 )
         finally:
             smc.ParallelSMCSampler = original
+    if route == "dask":
+        from dask.distributed import Client, LocalCluster
+
+        with (
+            LocalCluster(
+                n_workers=1,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            fit = client.submit(_dask_fit, ops, draws, first, pure=False)
+            return fit.result()
     raise ValueError(route)
+
+
+def _dask_fit(ops: bool, draws: int, first: bool):
+    """One fit as a Dask task: PyMC's NUTS, chains one after the other."""
+    import pymc as pm
+
+    seen = []
+
+    def callback(trace, draw):
+        if first and not seen:
+            seen.append(draw)
+            _marker()
+
+    with build_model(ops):
+        return pm.sample(
+            chains=2,
+            cores=1,
+            tune=100,
+            draws=draws,
+            random_seed=1,
+            progressbar=False,
+            callback=callback,
+            compute_convergence_checks=False,
+        )
+
+
+def planned_draws(route: str) -> int:
+    """The draws of the interrupted fit, both chains, had it run to the end."""
+    per_chain = {"numpyro": NUMPYRO_DRAWS // NUMPYRO_THINNING, "smc": SMC_DRAWS}
+    return 2 * per_chain.get(route, SLOW_DRAWS)
 
 
 def _posterior_draws(trace):
@@ -203,6 +270,12 @@ def main(route: str, ops: bool) -> None:
         else:
             outcome["outcome"] = "returned"
             outcome["draws"] = len(_posterior_draws(trace))
+            if outcome["draws"] >= planned_draws(route):
+                # The fit ended before the signal came: wait for it here,
+                # rather than let it land in the second fit.
+                outcome["outcome"] = "finished before the interrupt"
+                with contextlib.suppress(KeyboardInterrupt):
+                    time.sleep(60)
     outcome["warnings"] = sorted({type(w.message).__name__ for w in caught})
     deadline = time.monotonic() + 20
     while _children() and time.monotonic() < deadline:
