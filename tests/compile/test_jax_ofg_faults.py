@@ -4,7 +4,8 @@ A cache write that fails (a full disk, a quota, a folder removed meanwhile)
 leaves no entry, half-written or whole, and the run goes on, the reason in
 the debug log; the next run is correct and fills the cache. A worker of
 ``sample_in_processes`` killed by the OS gives an error naming it and what
-it was doing, and the same process samples again.
+it was doing, and the same process samples again. A writer killed mid-write
+leaves a temporary file, which the next write removes.
 """
 
 import errno
@@ -13,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,9 @@ import pytest
 from _fresh_process import run_python
 
 from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache import files
 from pytensor.compile._jax_ofg.cache import traces as trace_cache
+from pytensor.compile._jax_ofg.cache import xla as xla_cache_module
 
 
 LOGGER = "pytensor.compile.jax_ofg"
@@ -134,6 +138,52 @@ def test_an_xla_cache_write_that_fails_leaves_nothing(
     cache.put("program", b"y" * 10_000)
     assert cache.get("program") == b"y" * 10_000
     assert files_in(tmp_path) == [f"program{suffix}"]
+
+
+@pytest.mark.parametrize("cache", ["traces", "xla"])
+def test_a_writer_killed_mid_write_leaves_a_file_the_next_write_removes(
+    cache, tmp_path, monkeypatch
+):
+    """A process killed between writing its temporary file and renaming it
+    leaves that file (no reader takes it for an entry); the next write to the
+    folder removes it once no live writer can own it, and keeps a fresh one."""
+    old = time.time() - 2 * files.ORPHAN_AGE
+    if cache == "traces":
+        folder = tmp_path / "traces"
+        monkeypatch.setattr(trace_cache, "mode", lambda: "on")
+        monkeypatch.setattr(trace_cache, "trace_cache_dir", lambda: folder)
+        prefix = trace_cache.TEMPORARY_PREFIX
+        trace_cache.cached("orphans", ("a",), functools.partial(np.ones, 3), name="f")
+        trace_cache._MEMORY.clear()
+
+        def write():
+            trace_cache.cached(
+                "orphans", ("b",), functools.partial(np.zeros, 3), name="g"
+            )
+
+    else:
+        folder = tmp_path
+        cls, _ = compat.persistent_cache_class()
+        xla_cache = cls(str(folder), max_size=-1)
+        prefix = xla_cache_module.TEMPORARY_PREFIX
+
+        def write():
+            xla_cache.put("program", b"y" * 1000)
+
+    (folder / f"{prefix}killed").write_bytes(b"half an entry")
+    os.utime(folder / f"{prefix}killed", (old, old))
+    (folder / f"{prefix}writing").write_bytes(b"a live writer's")
+    entries_before = [n for n in files_in(folder) if not n.startswith(".")]
+    write()
+    names = files_in(folder)
+    assert f"{prefix}killed" not in names
+    assert f"{prefix}writing" in names
+    assert len([n for n in names if not n.startswith(".")]) == len(entries_before) + 1
+    if cache == "traces":  # the entry written before is served, untouched
+        never = functools.partial(pytest.fail, "served from disk, not computed")
+        np.testing.assert_array_equal(
+            trace_cache.cached("orphans", ("a",), never, name="f"), np.ones(3)
+        )
 
 
 #: A value and gradient through a wrapped function, in a fresh process, with

@@ -21,7 +21,6 @@ import dataclasses
 import logging
 import os
 import pickle
-import tempfile
 import threading
 import types
 from collections import Counter, OrderedDict
@@ -34,6 +33,7 @@ from pytensor.compile._jax_ofg.cache.environment import (
     environment_fingerprint,
     installed_distributions_changed,
 )
+from pytensor.compile._jax_ofg.cache.files import remove_orphans, write_whole
 from pytensor.compile._jax_ofg.cache.fingerprints import (
     Undescribable,
     describe_with_code,
@@ -60,6 +60,8 @@ T = TypeVar("T")
 
 #: The cache's size on disk at most; the oldest entries go first beyond it.
 MAX_BYTES = 512 * 2**20
+#: Names of entries being written (readers skip names starting with a dot).
+TEMPORARY_PREFIX = ".tmp-"
 
 #: Changes when what an entry holds changes.
 FORMAT = 3
@@ -397,17 +399,10 @@ def _write(key: str, kind: str, entry: Entry) -> bool:
         data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return False
-    temporary = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-        os.replace(temporary, path)
+        write_whole(path, data, prefix=TEMPORARY_PREFIX)
     except OSError as error:  # a full disk, a quota, a folder removed meanwhile
-        if temporary is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
         LOGGER.debug(
             "trace cache: %s entry %s not written to %s (%s: %s); the run goes on "
             "with it in memory only",
@@ -441,7 +436,9 @@ def _stats(folder: Path) -> list[tuple[os.DirEntry, os.stat_result]]:
 
 
 def _prune(folder: Path) -> None:
-    """Remove the oldest entries until the folder holds at most :data:`MAX_BYTES`."""
+    """Remove the oldest entries until the folder holds at most :data:`MAX_BYTES`,
+    and the temporary files of writers killed mid-write."""
+    remove_orphans(folder, TEMPORARY_PREFIX)
     entries = _stats(folder)
     total = sum(stat.st_size for _, stat in entries)
     if total <= MAX_BYTES:

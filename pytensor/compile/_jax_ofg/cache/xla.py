@@ -5,7 +5,7 @@ user configured JAX's cache or switched it or ``jax_ofg__xla_cache`` off.
 Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
 flag (:func:`add_config_flag`), calls :func:`configure_xla_cache` and
 :func:`write_entries_atomically`. The guide, "Start-up: cached like the rest
-of PyTensor" and "Faults, interrupts and devices".
+of PyTensor" and "Ctrl-C and faults".
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import contextlib
 import functools
 import logging
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,10 +21,13 @@ import jax
 
 from pytensor import config
 from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache.files import remove_orphans, write_whole
 from pytensor.configparser import BoolParam
 
 
 LOGGER = logging.getLogger("pytensor.compile.jax_ofg")
+#: Names of entries being written: JAX reads entries by key, never these.
+TEMPORARY_PREFIX = ".jax_ofg-"
 
 
 #: JAX's ``jax_persistent_cache_min_compile_time_secs`` when this package
@@ -112,17 +114,11 @@ def _atomic_put(put: Callable, suffix: str) -> Callable:
             _guarded_put(put, self, key, value, suffix)
             return
         folder = Path(self.path)
-        temporary = None
         try:
-            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".jax_ofg-")
-            with os.fdopen(handle, "wb") as file:
-                file.write(value)
-            os.replace(temporary, folder / f"{key}{suffix}")
+            write_whole(folder / f"{key}{suffix}", value, prefix=TEMPORARY_PREFIX)
         except OSError as error:
-            if temporary is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
             _not_written(key, folder, error)
+        remove_orphans(folder, TEMPORARY_PREFIX)
 
     return atomic_put
 
