@@ -4,7 +4,8 @@
 standard normals, and a potential ``-|x|^2 / 2``: posterior N(0, 1/2) each),
 with the potential computed by a wrapped JAX function (``ops``) or by
 PyTensor (``plain``), and fits it by ROUTE with far more draws than can be
-made before the test's SIGINT. It prints ``SAMPLING`` when sampling starts
+made before the test's SIGINT (with ``INTERRUPT_DURING=tuning``, as many
+tuning steps). It prints ``SAMPLING`` when sampling starts
 (after compilation), then one JSON line: what the interrupted fit gave
 (``returned`` with the draws made, or the exception raised), the child
 processes left after it, and a second, short fit of the same route in the
@@ -90,13 +91,20 @@ def _children() -> list[int]:
     return found
 
 
+def _tune(first: bool) -> int:
+    """Tuning steps: 100, or for the first fit of ``INTERRUPT_DURING=tuning``
+    as many as the draws, so that the signal lands while tuning."""
+    during = os.environ.get("INTERRUPT_DURING", "draws")
+    return SLOW_DRAWS if first and during == "tuning" else 100
+
+
 def _fit(route: str, ops: bool, draws: int, first: bool):
     import pymc as pm
 
     builder = build_with_ops if ops else build_plain
     common = {
         "chains": 2,
-        "tune": 100,
+        "tune": _tune(first),
         "draws": draws,
         "random_seed": 1,
         "progressbar": False,
@@ -144,7 +152,13 @@ def _fit(route: str, ops: bool, draws: int, first: bool):
         logger.setLevel(logging.DEBUG)
         logger.addHandler(Watch())
         return sample_in_processes(
-            builder, chains=2, cores=2, seed=1, tune=100, draws=draws, timeout=300
+            builder,
+            chains=2,
+            cores=2,
+            seed=1,
+            tune=_tune(first),
+            draws=draws,
+            timeout=300,
         )
     if route == "numpyro":
         # Chains run one after the other (chain_method="sequential"), each one
@@ -236,7 +250,7 @@ def _dask_fit(ops: bool, draws: int, first: bool):
         return pm.sample(
             chains=2,
             cores=1,
-            tune=100,
+            tune=_tune(first),
             draws=draws,
             random_seed=1,
             progressbar=False,

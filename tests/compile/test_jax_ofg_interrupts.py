@@ -25,13 +25,13 @@ AFTER_START = 4.0
 TIMEOUT = 360.0  # per phase; the suite's heaviest tests may run beside it
 
 
-def interrupted_fit(route: str, ops: bool, folder) -> dict:
-    """Run one route's fit in a child, interrupt it once sampling started, and
-    return what the child reported."""
+def interrupted_fit(route: str, ops: bool, folder, during: str = "draws") -> dict:
+    """Run one route's fit in a child, interrupt it once sampling started
+    (``during`` its draws or its tuning), and return what the child reported."""
     process = start_python(
         ["-m", "_interrupt_routes", route, "ops" if ops else "plain"],
         folder,
-        env={"PYTHONUNBUFFERED": "1"},
+        env={"PYTHONUNBUFFERED": "1", "INTERRUPT_DURING": during},
     )
     lines: queue.Queue = queue.Queue()
 
@@ -107,3 +107,19 @@ def test_ctrl_c_during_draws_gives_what_the_route_gives_without_the_ops(route, f
     assert ours["children"] == plain["children"] == 0
     check_second_fit(plain)
     check_second_fit(ours)
+
+
+@pytest.mark.slow
+@pytest.mark.signals
+def test_ctrl_c_during_tuning_in_processes_returns_no_draws_and_warns(folder):
+    # A million tuning steps: the signal lands while the workers tune.
+    # nutpie on threads returns an empty trace then; so does
+    # sample_in_processes, with its warning, whatever the model holds.
+    plain = interrupted_fit("processes", False, folder, during="tuning")
+    ours = interrupted_fit("processes", True, folder, during="tuning")
+    for result in (plain, ours):
+        assert result["outcome"] == "returned", result
+        assert result["draws"] == 0, result
+        assert result["warnings"] == ["SamplingInterrupted"], result
+        assert result["children"] == 0, result
+        check_second_fit(result)
