@@ -1,6 +1,9 @@
 """Sphinx configuration for the pytensor-jax-ofg documentation.
 
-Build with ``python -m sphinx -W -b html doc doc/_build/html``.
+Build with ``bash scripts/docs`` (``python -m sphinx -W -b html doc
+doc/_build/html``). The tutorials in ``doc/tutorials_src/`` are scripts that
+sphinx-gallery runs during the build, in this process, to make their figures
+and output (``-D plot_gallery=0`` builds them without running them).
 """
 
 import runpy
@@ -24,15 +27,49 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.doctest",
+    "myst_parser",
+    "sphinx_gallery.gen_gallery",
 ]
 
-# Bundled theme only: nothing to download.
-html_theme = "alabaster"
-exclude_patterns = ["_build"]
+html_theme = "pydata_sphinx_theme"
+html_title = "pytensor-jax-ofg"
+html_theme_options = {
+    "navigation_with_keys": False,
+    "header_links_before_dropdown": 8,
+    "navbar_align": "left",
+    "show_toc_level": 2,
+    "secondary_sidebar_items": ["page-toc"],
+    "footer_start": ["copyright"],
+    "footer_end": [],
+}
+# Pages without siblings need no section navigation: their tables get the width.
+html_sidebars = {
+    page: []
+    for page in ("index", "getting_started", "library/jax_ofg", "benchmarks", "developer")
+}
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
+exclude_patterns = ["_build", "tutorials_src/README.rst"]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+myst_heading_anchors = 3
 nitpicky = False
 autodoc_member_order = "bysource"
 napoleon_numpy_docstring = True
 napoleon_google_docstring = False
+
+sphinx_gallery_conf = {
+    "examples_dirs": "tutorials_src",
+    "gallery_dirs": "tutorials",
+    # Every script is a tutorial, run top to bottom (not only plot_*.py).
+    "filename_pattern": r"/",
+    "ignore_pattern": r"/_",
+    "download_all_examples": False,
+    "show_memory": False,
+    "remove_config_comments": True,
+    "matplotlib_animations": False,
+    "reference_url": {},
+    "first_notebook_cell": None,
+}
 
 # `python -m sphinx -b doctest doc <dir>` runs the guide's examples and the
 # autodoc'd docstrings in one namespace; give it the module's own names, as

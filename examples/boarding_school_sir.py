@@ -21,8 +21,8 @@ absolute tolerance 1e-6); here :func:`solve_sir` solves it with diffrax's
 posterior (nutpie, when installed: PyMC 6 picks it). The script prints the
 posterior of beta, gamma, phi_inv, R0 and the recovery time with R-hat and
 ESS, sets it next to Stan's posterior of the same model, and draws the
-posterior predictive cases over the data. The guide's "Coming from Stan"
-section (``doc/library/jax_ofg.rst``) puts the Stan program next to this
+posterior predictive cases over the data. The how-to "Port a Stan model"
+(``doc/howto/stan.rst``) puts the Stan program next to this
 model, line by line; ``benchmarks/vs_stan.py`` fits both, along every route.
 
 Run it in the environment ``bash scripts/example`` creates (``.venv``, with

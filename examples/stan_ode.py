@@ -28,7 +28,7 @@ Run it in the environment ``bash scripts/example`` creates::
 ``--start default`` is PyMC's own start (the bound plus one for the predation
 rates, far in the tails: see the guide); ``--start stan`` Stan's rule.
 
-The guide's "Coming from Stan" section explains the choices;
+The how-to "Port a Stan model" (``doc/howto/stan.rst``) explains the choices;
 ``benchmarks/stan_ode.py`` measures them (``benchmarks/results/stan_ode.md``).
 """
 

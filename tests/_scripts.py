@@ -40,9 +40,11 @@ def imported_scripts(*paths: Path) -> Iterator[tuple[ModuleType, ...]]:
             sys.path.remove(folder)
 
 
-def guide_block(language: str, section: str = "Coming from Stan") -> str:
+def guide_block(language: str, section: str = "Port a Stan model") -> str:
     """The first ``language`` code block of the guide's ``section``, dedented."""
-    guide = (ROOT / "doc" / "library" / "jax_ofg.rst").read_text()
+    guide = "\n".join(
+        page.read_text() for page in sorted((ROOT / "doc").glob("*/*.rst"))
+    )
     text = guide[guide.index(f"{section}\n") :]
     block = text[text.index(f".. code-block:: {language}\n") :].split("\n\n", 1)[1]
     lines = []

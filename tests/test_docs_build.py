@@ -1,16 +1,48 @@
-"""The Sphinx documentation builds with warnings as errors, API reference included.
+"""The documentation builds with warnings as errors, and what it builds holds up.
 
-The build command is the one in ``scripts/docs`` (what the README says to run).
+The build command is the one in ``scripts/docs`` (what the README says to
+run). The tutorials are scripts that sphinx-gallery runs during the build; an
+executed build runs them (on one Python only: ``one_python``), the other
+builds their pages without running them. Every build checks the API
+reference and every link between the built pages (the machines have no
+internet: only internal links are checked).
 """
 
+import fcntl
+import html.parser
+import importlib
 import shlex
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
 
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_SCRIPT = ROOT / "scripts" / "docs"
+#: The hand-written content pages and the tutorials, by purpose.
+CONTENT_PAGES = [
+    "getting_started",
+    "guide/wrapping",
+    "guide/derivatives",
+    "howto/samplers",
+    "howto/stan",
+    "howto/stiff_models",
+    "howto/caches",
+    "howto/dask",
+    "howto/errors",
+    "howto/accelerator",
+    "howto/faults",
+    "explanation/islands",
+    "explanation/host_calls",
+    "explanation/trace_cache",
+    "library/jax_ofg",
+    "benchmarks",
+    "developer",
+]
+TUTORIALS = ["tutorials/ode_model", "tutorials/stan_port"]
 
 
 def docs_command(out: Path) -> list[str]:
@@ -23,20 +55,135 @@ def docs_command(out: Path) -> list[str]:
     return [sys.executable, *arguments, "--keep-going", str(out)]
 
 
-def test_sphinx_html_build_has_no_warnings(tmp_path):
-    result = subprocess.run(
-        docs_command(tmp_path / "html"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def build(out: Path, *, run_tutorials: bool) -> None:
+    """Build the HTML docs into ``out``; fail the test on any warning.
+
+    sphinx-gallery writes the tutorials' pages into the source folder
+    (``doc/tutorials/``): builds in parallel test workers take turns.
+    """
+    command = docs_command(out)
+    if not run_tutorials:
+        command[-1:-1] = ["-D", "plot_gallery=0"]
+    with open(ROOT / "doc" / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run(
+            command, cwd=ROOT, capture_output=True, text=True, timeout=1200
+        )
     assert result.returncode == 0, (
         f"sphinx exited with {result.returncode}\n"
-        f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+        f"--- stdout ---\n{result.stdout[-5000:]}\n--- stderr ---\n{result.stderr}"
     )
-    page = (tmp_path / "html" / "library" / "jax_ofg.html").read_text()
-    # autodoc really imported the module and rendered the reference section
-    for name in ("as_jax_op", "OpFromJax", "SymbolicCallable", "ShapeInferenceError"):
-        assert f'id="pytensor.compile.jax_ofg.{name}"' in page, name
-    assert "jax_ofg" in (tmp_path / "html" / "index.html").read_text()
+
+
+class Links(html.parser.HTMLParser):
+    """The ids a page defines and the addresses it links to (href and src)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids: set[str] = set()
+        self.targets: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        if tag == "a" and attrs.get("name"):
+            self.ids.add(attrs["name"])
+        if tag == "a" or (tag == "link" and attrs.get("rel") == "stylesheet"):
+            target = attrs.get("href")
+        else:
+            target = attrs.get("src") if tag in ("img", "script") else None
+        if target:
+            self.targets.append(target)
+
+
+def broken_internal_links(site: Path) -> list[str]:
+    """Every link between the site's pages (and to its files) that leads
+    nowhere: a missing file, or an anchor its page does not define."""
+    pages = {}
+    for page in site.rglob("*.html"):
+        if "_static" in page.relative_to(site).parts:
+            continue  # the theme's template fragments, not pages
+        parser = Links()
+        parser.feed(page.read_text(errors="replace"))
+        pages[page.resolve()] = parser
+    broken = []
+    for page, parser in pages.items():
+        for target in parser.targets:
+            parts = urlsplit(target)
+            if (
+                parts.scheme
+                or parts.netloc
+                or target.startswith(("mailto:", "javascript:", "data:"))
+            ):
+                continue  # external: not checked (no internet here)
+            path = unquote(parts.path)
+            file = (page.parent / path).resolve() if path else page
+            if file.is_dir():
+                file = file / "index.html"
+            if not file.exists():
+                broken.append(f"{page.relative_to(site.resolve())}: {target} (no file)")
+            elif (
+                parts.fragment
+                and file.suffix == ".html"
+                and unquote(parts.fragment) not in pages[file].ids
+            ):
+                broken.append(
+                    f"{page.relative_to(site.resolve())}: {target} (no anchor)"
+                )
+    return broken
+
+
+def check_site(site: Path) -> None:
+    for name in ["index", *CONTENT_PAGES, *TUTORIALS]:
+        assert (site / f"{name}.html").is_file(), name
+    reference = (site / "library" / "jax_ofg.html").read_text()
+    facade = importlib.import_module("pytensor.compile.jax_ofg")
+    # autodoc really imported the module and rendered every public name
+    missing = [
+        name
+        for name in facade.__all__
+        if f'id="pytensor.compile.jax_ofg.{name}"' not in reference
+    ]
+    assert not missing, f"not in the API reference: {missing}"
+    assert broken_internal_links(site) == []
+
+
+def test_the_link_checker_finds_a_broken_link_and_a_missing_anchor(tmp_path):
+    (tmp_path / "a.html").write_text(
+        '<p id="here"></p><a href="b.html#there">b</a><a href="#here">self</a>'
+        '<a href="c.html">c</a><a href="https://example.org/x">out</a>'
+    )
+    (tmp_path / "b.html").write_text('<p id="elsewhere"></p>')
+    assert sorted(broken_internal_links(tmp_path)) == [
+        "a.html: b.html#there (no anchor)",
+        "a.html: c.html (no file)",
+    ]
+
+
+def test_sphinx_html_build_without_running_the_tutorials(tmp_path):
+    build(tmp_path / "html", run_tutorials=False)
+    check_site(tmp_path / "html")
+
+
+@pytest.mark.slow
+@pytest.mark.one_python
+def test_sphinx_html_build_runs_the_tutorials_and_shows_their_figures(tmp_path):
+    site = tmp_path / "html"
+    build(site, run_tutorials=True)
+    check_site(site)
+    for name in TUTORIALS:
+        page = (site / f"{name}.html").read_text()
+        parser = Links()
+        parser.feed(page)
+        figures = [
+            site / "tutorials" / target
+            for target in parser.targets
+            if "/sphx_glr_" in target
+            and target.endswith(".png")
+            and "thumb" not in target
+        ]
+        assert figures, f"{name}: no figure made by running its code"
+        for figure in figures:
+            assert figure.stat().st_size > 10_000, figure  # a real plot, not empty
+        assert "sphx-glr-script-out" in page, f"{name}: no printed output"

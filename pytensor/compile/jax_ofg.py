@@ -3,7 +3,7 @@
 Importing this module runs :func:`install` once, the one place where the
 package acts on the process (registrations with PyTensor, JAX settings, hooks
 into PyMC); every other module imports without side effects. The modules and
-their layers: the guide's developer notes (``doc/library/jax_ofg.rst``).
+their layers: the developer notes (``doc/developer.rst``).
 """
 
 from __future__ import annotations

@@ -225,10 +225,10 @@ def test_only_the_facade_acts_on_the_process(tmp_path):
 
 
 def _module_map() -> str:
-    """The guide's developer notes on the modules, up to the reference."""
-    guide = (CHECKOUT / "doc" / "library" / "jax_ofg.rst").read_text()
-    notes = guide[guide.index("Developer notes: the modules and their layers") :]
-    return notes[: notes.index("\nReference\n")]
+    """The developer notes' map of the modules (its page, up to the next section)."""
+    notes = (CHECKOUT / "doc" / "developer.rst").read_text()
+    notes = notes[notes.index("The modules and their layers") :]
+    return notes[: notes.index("\nFrom a call to an op\n")]
 
 
 def _dotted_name(named: str) -> str | None:

@@ -6,7 +6,7 @@ and the layers above): ``compat``, ``errors`` and ``small_linalg``
 function to flat arrays and output types); ``host/`` (jitted programs on host
 arrays); ``op/`` (:class:`OpFromJax`, its derivatives and ``vmap``, the
 decorator); ``islands/`` (graphs as XLA programs); ``samplers/`` (PyMC and
-nutpie); ``stan`` (coming from Stan). The map: the guide's developer notes
-(``doc/library/jax_ofg.rst``). Importing a module here acts on nothing: the
+nutpie); ``stan`` (coming from Stan). The map: the developer notes
+(``doc/developer.rst``). Importing a module here acts on nothing: the
 facade's ``install()`` does.
 """

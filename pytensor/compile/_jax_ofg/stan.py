@@ -2,7 +2,7 @@
 
 The toolkit for porting a Stan model whose hard part is an ODE solve: what
 carries Stan's settings over, installed with the package and exported by
-:mod:`pytensor.compile.jax_ofg`. The guide's "Coming from Stan" explains each
+:mod:`pytensor.compile.jax_ofg`. The how-to "Port a Stan model" explains each
 choice.
 
 :func:`diffrax_settings`

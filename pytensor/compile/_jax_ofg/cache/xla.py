@@ -4,8 +4,8 @@ JAX's persistent compilation cache, in ``compiledir/jax_ofg_xla`` unless the
 user configured JAX's cache or switched it or ``jax_ofg__xla_cache`` off.
 Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
 flag (:func:`add_config_flag`), calls :func:`configure_xla_cache` and
-:func:`write_entries_atomically`. The guide, "Start-up: cached like the rest
-of PyTensor" and "Ctrl-C and faults".
+:func:`write_entries_atomically`. The docs, "Start-up and caches"
+and "Ctrl-C and faults".
 """
 
 from __future__ import annotations

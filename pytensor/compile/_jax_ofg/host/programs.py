@@ -5,7 +5,7 @@ exported program; a miss traces, exports, stores and calls the export. It
 runs on the device the flag ``jax_ofg__host_device`` names (the CPU unless
 the user says otherwise: :func:`host_device`). Registers nothing itself:
 :func:`pytensor.compile.jax_ofg.install` adds the flag
-(:func:`add_config_flag`). The guide, "Faults, interrupts and devices".
+(:func:`add_config_flag`). The how-to, "Run on an accelerator".
 """
 
 from __future__ import annotations
