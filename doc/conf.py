@@ -45,7 +45,13 @@ html_theme_options = {
 # Pages without siblings need no section navigation: their tables get the width.
 html_sidebars = {
     page: []
-    for page in ("index", "getting_started", "library/jax_ofg", "benchmarks", "developer")
+    for page in (
+        "index",
+        "getting_started",
+        "library/jax_ofg",
+        "benchmarks",
+        "developer",
+    )
 }
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
