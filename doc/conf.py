@@ -51,6 +51,7 @@ html_sidebars = {
         "library/jax_ofg",
         "benchmarks",
         "developer",
+        "tutorials/*",
     )
 }
 html_static_path = ["_static"]

@@ -55,14 +55,19 @@ def docs_command(out: Path) -> list[str]:
     return [sys.executable, *arguments, "--keep-going", str(out)]
 
 
-def build(out: Path, *, run_tutorials: bool) -> None:
-    """Build the HTML docs into ``out``; fail the test on any warning.
+def build(out: Path, *, run_tutorials: bool) -> str:
+    """Build the HTML docs into ``out``; fail the test on any warning; return
+    Sphinx's output.
 
     sphinx-gallery writes the tutorials' pages into the source folder
-    (``doc/tutorials/``): builds in parallel test workers take turns.
+    (``doc/tutorials/``): builds in parallel test workers take turns. With
+    ``run_tutorials``, every tutorial runs, even one whose output a build
+    before kept.
     """
     command = docs_command(out)
-    if not run_tutorials:
+    if run_tutorials:
+        command[-1:-1] = ["-D", "sphinx_gallery_conf.run_stale_examples=1"]
+    else:
         command[-1:-1] = ["-D", "plot_gallery=0"]
     with open(ROOT / "doc" / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -73,6 +78,7 @@ def build(out: Path, *, run_tutorials: bool) -> None:
         f"sphinx exited with {result.returncode}\n"
         f"--- stdout ---\n{result.stdout[-5000:]}\n--- stderr ---\n{result.stderr}"
     )
+    return result.stdout
 
 
 class Links(html.parser.HTMLParser):
@@ -170,7 +176,11 @@ def test_sphinx_html_build_without_running_the_tutorials(tmp_path):
 @pytest.mark.one_python
 def test_sphinx_html_build_runs_the_tutorials_and_shows_their_figures(tmp_path):
     site = tmp_path / "html"
-    build(site, run_tutorials=True)
+    output = build(site, run_tutorials=True)
+    scripts = sorted((ROOT / "doc" / "tutorials_src").glob("[!_]*.py"))
+    assert [f"tutorials/{s.stem}" for s in scripts] == sorted(TUTORIALS)
+    ran = f"successfully executed {len(scripts)} out of {len(scripts)} files"
+    assert ran in output, output[-3000:]
     check_site(site)
     for name in TUTORIALS:
         page = (site / f"{name}.html").read_text()
