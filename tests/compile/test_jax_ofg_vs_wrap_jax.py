@@ -1,7 +1,7 @@
-"""The README's comparison with ``pytensor.wrap_jax``, claim by claim.
+"""The comparison with ``pytensor.wrap_jax`` (``doc/benchmarks.md``), claim by claim.
 
 Each test states what ``as_jax_op`` does and what PyTensor's built-in wrapper
-(3.3.x) does on the same input, so the README table cannot drift from the truth.
+(3.3.x) does on the same input, so the table cannot drift from the truth.
 """
 
 import sys
