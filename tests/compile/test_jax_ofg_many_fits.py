@@ -317,10 +317,11 @@ class ReadHalfAnEntry(Exception):
 @pytest.mark.xfail(
     strict=True,
     raises=ReadHalfAnEntry,
-    reason="JAX 0.12 writes its persistent cache entries in place "
-    "(Path.write_bytes in jax/_src/lru_cache.py): a process killed mid-write "
-    "leaves a truncated entry, which later processes read, warn about, compile "
-    "again and never replace",
+    reason="a truncated entry already on disk (JAX 0.12 writes in place, "
+    "Path.write_bytes in jax/_src/lru_cache.py, where this package's atomic "
+    "write is not installed) is read by the next process, which warns and "
+    "compiles again; the package's write then replaces it, so only that one "
+    "process reads it",
 )
 def test_a_half_written_xla_entry_is_never_read(project):
     project.run(seed=31)
