@@ -21,6 +21,9 @@ from _fresh_process import ROOT, start_python
 
 #: Seconds from the start of sampling to the SIGINT: tuning (100 steps) is over.
 AFTER_START = 4.0
+#: numpyro's marker comes when its second chain's compiled program starts: a
+#: second is enough, and leaves the chain (about 15 s here) a wide margin.
+AFTER_START_NUMPYRO = 1.0
 #: Seconds a child may take to start sampling, and then to finish.
 TIMEOUT = 360.0  # per phase; the suite's heaviest tests may run beside it
 
@@ -53,7 +56,7 @@ def interrupted_fit(route: str, ops: bool, folder, during: str = "draws") -> dic
             seen.append(line)
             if line.strip() == "SAMPLING":
                 break
-        time.sleep(AFTER_START)
+        time.sleep(AFTER_START_NUMPYRO if route == "numpyro" else AFTER_START)
         os.killpg(process.pid, signal.SIGINT)
         while (line := lines.get(timeout=TIMEOUT)) is not None:
             seen.append(line)
