@@ -47,7 +47,7 @@ def write_whole(path: Path, data: bytes, prefix: str) -> None:
         raise
 
 
-def remove_orphans(folder: Path, prefix: str, now: float | None = None) -> int:
+def remove_orphans(folder: Path, prefix: str) -> int:
     """Remove the temporary files ``prefix*`` in ``folder`` older than
     :data:`ORPHAN_AGE`; return how many went. Never raises.
 
@@ -59,8 +59,7 @@ def remove_orphans(folder: Path, prefix: str, now: float | None = None) -> int:
     >>> remove_orphans(folder, ".tmp-"), sorted(p.name for p in folder.iterdir())
     (1, ['.tmp-new', 'entry'])
     """
-    now = time.time() if now is None else now
-    removed = 0
+    now, removed = time.time(), 0
     try:
         with os.scandir(folder) as entries:
             found = [e for e in entries if e.name.startswith(prefix)]
