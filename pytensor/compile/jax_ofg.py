@@ -33,7 +33,7 @@ from pytensor.compile._jax_ofg.errors import (
     WrappedFunctionRuntimeWarning,
     runtime_error_counts,
 )
-from pytensor.compile._jax_ofg.host import fork_guard, programs
+from pytensor.compile._jax_ofg.host import cores, fork_guard, programs
 from pytensor.compile._jax_ofg.host.fork_guard import ForkedAfterJaxError
 from pytensor.compile._jax_ofg.host.op import JaxHostOp
 from pytensor.compile._jax_ofg.host.readonly_outputs import ReadOnlyOutputs
@@ -182,6 +182,7 @@ def install() -> None:
 
         xla.add_config_flag()
         programs.add_config_flag()
+        cores.add_config_flag()
         xla.configure_xla_cache()
         xla.write_entries_atomically()
         trace_cache.add_config_flag()

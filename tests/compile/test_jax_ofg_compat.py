@@ -480,6 +480,23 @@ def _check_persistent_cache_class() -> None:
         )
 
 
+def _check_make_cpu_client() -> None:
+    import jax
+    import numpy as np
+
+    client = compat.make_cpu_client(asynchronous=False)
+    (device,) = client.local_devices()
+    with jax.default_device(device):
+        result = jax.jit(lambda x: x * 2)(np.arange(3.0))
+    _require(
+        result.devices() == {device}
+        and device not in jax.devices()
+        and np.array_equal(np.asarray(result), [0.0, 2.0, 4.0]),
+        "jaxlib.xla_client.make_cpu_client(asynchronous=)",
+        "no longer gives a client whose device jax.jit runs programs on",
+    )
+
+
 #: The check of each entry of ``compat.ENTRIES``.
 CHECKS = {
     "jax._src.tree_util._registry": _check_pytree_registry,
@@ -511,6 +528,7 @@ CHECKS = {
     # The fingerprints' use of jax.jit's options.
     "JitInfo fields fun_sourceinfo, fun_signature": _check_jit_options,
     "jax._src.lru_cache.LRUCache.put (path, _CACHE_SUFFIX)": _check_persistent_cache_class,
+    "jaxlib.xla_client.make_cpu_client(asynchronous=)": _check_make_cpu_client,
 }
 
 

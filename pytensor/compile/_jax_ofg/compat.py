@@ -53,6 +53,7 @@ ENTRIES: dict[str, str] = {
     # The fingerprints' use of jax.jit's options.
     "JitInfo fields fun_sourceinfo, fun_signature": "jit options without locations",
     "jax._src.lru_cache.LRUCache.put (path, _CACHE_SUFFIX)": "atomic XLA cache writes",
+    "jaxlib.xla_client.make_cpu_client(asynchronous=)": "a CPU runtime per core",
 }
 
 #: The releases the entries were last checked against.
@@ -122,6 +123,18 @@ def persistent_cache_class() -> tuple[type, str] | None:
     if cls is None or not isinstance(suffix, str) or not callable(cls.put):
         return None
     return cls, suffix
+
+
+def make_cpu_client(*, asynchronous: bool) -> Any:
+    """Return a new XLA CPU client of one device, JAX's kind, that JAX does not hold.
+
+    Its one device runs programs that ``jax.jit`` lowers for it (under
+    ``jax.default_device``); ``asynchronous=False`` runs each call on the
+    calling thread.
+    """
+    from jaxlib import xla_client
+
+    return xla_client.make_cpu_client(asynchronous=asynchronous, num_devices=1)
 
 
 def prepend_to_runtime_error(error: BaseException, line: str) -> None:

@@ -3,7 +3,9 @@
 :class:`Program` asks the trace cache before JAX traces: a hit calls the
 exported program; a miss traces, exports, stores and calls the export. It
 runs on the device the flag ``jax_ofg__host_device`` names (the CPU unless
-the user says otherwise: :func:`host_device`). Registers nothing itself:
+the user says otherwise: :func:`host_device`); on the CPU, a thread pinned to
+a core runs it on that core's runtime (:mod:`~pytensor.compile._jax_ofg.host.cores`).
+Registers nothing itself:
 :func:`pytensor.compile.jax_ofg.install` adds the flag
 (:func:`add_config_flag`). The how-to, "Run on an accelerator".
 """
@@ -21,6 +23,7 @@ import numpy as np
 
 from pytensor import config
 from pytensor.compile._jax_ofg.cache import traces as trace_cache
+from pytensor.compile._jax_ofg.host import cores
 from pytensor.compile._jax_ofg.host.checks import (
     NotFlaggable,
     flag_checks,
@@ -37,6 +40,7 @@ __all__ = [
     "add_config_flag",
     "host_device",
     "host_device_name",
+    "runs_on_default_cpu",
     "static_value",
 ]
 
@@ -83,6 +87,19 @@ def host_device() -> jax.Device | None:
             f"device(s), numbered 0 to {len(devices) - 1}"
         )
     return devices[int(index)]
+
+
+def runs_on_default_cpu(device: jax.Device | None = ...) -> bool:
+    """Return whether host programs run on JAX's default device, a CPU.
+
+    Of ``device`` (by default, the one the flag ``jax_ofg__host_device``
+    names: :func:`host_device`). Only such programs run on a core's runtime
+    from a thread pinned to it (:mod:`~pytensor.compile._jax_ofg.host.cores`).
+    """
+    if device is ...:
+        device = host_device()
+    default = _default_device()
+    return (device is None or device == default) and default.platform == "cpu"
 
 
 def host_device_name() -> str:
@@ -175,6 +192,9 @@ class Program:
         self.name = name
         #: where it runs (None: JAX's default device, wherever the inputs are)
         self.device = host_device()
+        #: whether it runs on JAX's default CPU device, and so, from a thread
+        #: pinned to a core, on that core's runtime instead
+        self.on_default_cpu = runs_on_default_cpu(self.device)
         #: output shapes by input signature, from the traces that served them
         self.output_shapes: dict[tuple, tuple] = {}
         #: why a trace of this program was not kept (None: every one was)
@@ -248,8 +268,13 @@ class Program:
             inputs = tuple(
                 static_value(x) if i in self.static else x for i, x in enumerate(inputs)
             )
+        core_device = cores.thread_device() if self.on_default_cpu else None
         try:
-            buffers = [np.asarray(b) for b in self._serving(*inputs)]
+            if core_device is None:
+                buffers = [np.asarray(b) for b in self._serving(*inputs)]
+            else:
+                with jax.default_device(core_device):
+                    buffers = [np.asarray(b) for b in self._serving(*inputs)]
         except Exception as error:
             if not is_failed_check(error):
                 raise

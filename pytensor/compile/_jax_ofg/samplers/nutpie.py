@@ -45,6 +45,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -62,7 +63,9 @@ import numpy as np
 
 from pytensor.compile._jax_ofg import compat
 from pytensor.compile._jax_ofg.cache.import_hooks import after_import
+from pytensor.compile._jax_ofg.host import cores
 from pytensor.compile._jax_ofg.host.op import one_jax_op
+from pytensor.compile._jax_ofg.host.programs import runs_on_default_cpu
 from pytensor.compile._jax_ofg.samplers.pymc import model_holds_jax_ops
 from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.fg import FunctionGraph
@@ -105,8 +108,9 @@ MAX_PINNED_THREADS = 1024
 _pinned = itertools.count()
 
 
-def _pin_thread_state() -> None:
-    """Keep the Python thread state ctypes made for this (nutpie's) thread.
+def _enter_thread() -> None:
+    """At the first call from one of nutpie's threads: keep its Python thread state,
+    and pin it to a core of its own.
 
     ctypes makes a thread state when a thread Python did not start calls back,
     and deletes it when the callback returns, so every call would run in a new
@@ -115,10 +119,20 @@ def _pin_thread_state() -> None:
     never released, keeps it for the thread's lifetime and the process's (a
     Rust thread's end is not seen from here), for the first
     :data:`MAX_PINNED_THREADS` threads.
+
+    A thread that Python did not start (one of nutpie's chains, not a
+    Python thread calling the function itself) is then pinned to a core,
+    whose XLA runtime runs its programs
+    (:func:`~pytensor.compile._jax_ofg.host.cores.pin_this_thread`; the flag
+    ``jax_ofg__pin_sampler_threads``).
     """
-    _THREADS.pinned = True
+    _THREADS.entered = True
     if next(_pinned) < MAX_PINNED_THREADS:
         _ensure_gil()
+    # Python knows a thread it did not start only as a "dummy" thread.
+    foreign = isinstance(threading.current_thread(), threading._DummyThread)
+    if foreign and runs_on_default_cpu():
+        cores.pin_this_thread()
 
 
 class HostCallback:
@@ -191,21 +205,24 @@ def flat_function(
 _XLA_ALIGNMENT = 64
 
 
-def aliased_buffer(shape: tuple[int, ...], dtype: str) -> tuple[np.ndarray, Any]:
+def aliased_buffer(
+    shape: tuple[int, ...], dtype: str, device: jax.Device | None = None
+) -> tuple[np.ndarray, Any]:
     """Return a NumPy buffer and a JAX array of the same memory, or ``(None, None)``.
 
     ``(None, None)`` where JAX copies the buffer instead (another backend).
-    The array is uncommitted to a device, as JAX's arrays of NumPy arguments
-    are: a jitted function first called with a NumPy array takes it without
-    compiling again (a committed array, such as
-    :func:`jax.dlpack.from_dlpack` gives, added 0.45 s to the first call of
-    ``examples/stan_ode.py``'s log-density in a second process).
+    The array is on ``device`` (JAX's default device if None), uncommitted
+    to it, as JAX's arrays of NumPy arguments are: a jitted function first
+    called with a NumPy array takes it without compiling again (a committed
+    array, such as :func:`jax.dlpack.from_dlpack` gives, added 0.45 s to the
+    first call of ``examples/stan_ode.py``'s log-density in a second process).
     """
     size = math.prod(shape) * np.dtype(dtype).itemsize
     raw = np.zeros(size + _XLA_ALIGNMENT, dtype=np.uint8)
     start = -raw.ctypes.data % _XLA_ALIGNMENT
     buffer = raw[start : start + size].view(dtype).reshape(shape)
-    array = jax.device_put(buffer, may_alias=True)
+    with _on(device):
+        array = jax.device_put(buffer, may_alias=True)
     if array.unsafe_buffer_pointer() != buffer.ctypes.data:
         _log.debug("JAX copies host memory here: points are passed as NumPy arrays")
         return None, None
@@ -220,8 +237,10 @@ def _point_as_jax_array(function: Callable, point_type: Any) -> Callable:
     array (another thread's work, waited for). Each calling thread keeps a
     JAX array that aliases a NumPy buffer of its own (:func:`aliased_buffer`)
     and copies the point into the buffer: the calls return only once XLA has
-    read it (their outputs are read), and no other thread writes it. A point
-    of unknown shape is passed as it is.
+    read it (their outputs are read), and no other thread writes it. The
+    array is on the device of the thread's core runtime, if it has one
+    (:func:`~pytensor.compile._jax_ofg.host.cores.thread_device`). A point of
+    unknown shape is passed as it is.
     """
     if None in point_type.shape:
         return function
@@ -232,7 +251,9 @@ def _point_as_jax_array(function: Callable, point_type: Any) -> Callable:
         try:
             buffer, array = per_thread.point
         except AttributeError:
-            buffer, array = per_thread.point = aliased_buffer(shape, dtype)
+            buffer, array = per_thread.point = aliased_buffer(
+                shape, dtype, cores.thread_device()
+            )
         if buffer is None:
             return function(point, *rest)
         buffer[...] = point
@@ -246,27 +267,42 @@ def _of_graph_inputs(
 ) -> Callable[..., Any]:
     """Return ``op_function`` of ``node``'s inputs as a function of ``fgraph``'s inputs.
 
-    ``node``'s constants (an island's data) are put on JAX's device once, as
-    the Numba linker's thunks hold them.
+    ``node``'s constants (an island's data) are put once on each device that
+    calls use (JAX's default one, or the calling thread's core runtime's:
+    :func:`~pytensor.compile._jax_ofg.host.cores.thread_device`), as the
+    Numba linker's thunks hold them.
     """
     if list(node.inputs) == list(fgraph.inputs):
         return op_function
     position = {x: i for i, x in enumerate(fgraph.inputs)}
-    template = [
-        jax.device_put(x.data) if isinstance(x, Constant) else None for x in node.inputs
-    ]
+    data = [x.data if isinstance(x, Constant) else None for x in node.inputs]
+    placed: dict[jax.Device | None, list] = {}
+
+    def template() -> list:
+        device = cores.thread_device()
+        arguments = placed.get(device)
+        if arguments is None:
+            with _on(device):
+                arguments = [None if x is None else jax.device_put(x) for x in data]
+            arguments = placed.setdefault(device, arguments)
+        return arguments
+
     sources = [(i, position[x]) for i, x in enumerate(node.inputs) if x in position]
     if sources == [(0, 0)] and len(fgraph.inputs) == 1:  # a point, then data
-        constants = template[1:]
-        return lambda point: op_function(point, *constants)
+        return lambda point: op_function(point, *template()[1:])
 
     def call(*inputs):
-        arguments = template.copy()
+        arguments = template().copy()
         for i, source in sources:
             arguments[i] = inputs[source]
         return op_function(*arguments)
 
     return call
+
+
+def _on(device: jax.Device | None) -> contextlib.AbstractContextManager:
+    """Make ``device`` JAX's default device in the block (no change if None)."""
+    return contextlib.nullcontext() if device is None else jax.default_device(device)
 
 
 def pure_function(function: Any) -> Callable[..., Sequence[Any]]:
@@ -309,8 +345,8 @@ def logp_callback(
     view, value_view = array_views(n_dim), array_views(1)
 
     def logp(dim, x, gradient_out, logp_out, user_data):
-        if not getattr(_THREADS, "pinned", False):
-            _pin_thread_state()
+        if not getattr(_THREADS, "entered", False):
+            _enter_thread()
         if dim != n_dim:
             return _WRONG_SIZE
         try:
@@ -346,6 +382,8 @@ def expand_callback(
     out_view = array_views(n_expanded)
 
     def expand_draw(dim, expanded, x, out, user_data):
+        if not getattr(_THREADS, "entered", False):
+            _enter_thread()
         if dim != n_dim or expanded != n_expanded:
             return _WRONG_SIZE
         try:
