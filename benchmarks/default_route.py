@@ -1,18 +1,11 @@
 """The default route over seeds: does ``pm.sample()`` converge on a ported Stan ODE model?
 
-For each model and each setting, ``pm.sample()`` (nutpie, PyMC's default;
-4 chains of 1000 + 1000, ``cores=2``) with seeds 0..N-1 in one process (the
-model compiled once per setting, PyTensor's and XLA's caches warm), and per
-fit: the worst R-hat and smallest bulk ESS over the parameters, whether a
-chain is stuck (its own R-hat against the others above 1.1, or fewer than 5
-distinct draws), divergences, gradients per draw and the sampling time.
-
-Models: ``lv`` (``examples/stan_ode.py`` as written: ``pm.sample(initvals=
-PRIOR_LOCATIONS)``), ``pk`` (``benchmarks/_pk_model.py``, ``diffrax.Kvaerno5()``,
-forward mode). Settings: ``diag`` (nutpie's own default adaptation, from the
-draws and the gradients: ``nuts={"adaptation": "diag"}``) and ``draw_diag``
-(the mass matrix from the draws' variances, as Stan adapts it: what
-``pm.sample()`` gives a model holding wrapped functions).
+For each model (``lv``: ``examples/stan_ode.py`` as written; ``pk``:
+``benchmarks/_pk_model.py``, ``diffrax.Kvaerno5()``, forward mode) and
+setting (``diag``: nutpie's own adaptation; ``draw_diag``: what
+``pm.sample()`` gives a model holding wrapped functions), ``pm.sample()``
+with seeds 0..N-1 in one process, warm caches; per fit, the worst R-hat,
+smallest bulk ESS, stuck chains, divergences, gradients per draw, seconds.
 
 Run::
 

@@ -1,28 +1,16 @@
 """Speed of ``as_jax_op`` against the direct jitted JAX call and ``pytensor.wrap_jax``.
 
-Everything is measured side by side in one run, on the same machine state:
-
-* **Per call** (medians of interleaved batches): for each function and task
-  (value, value+grad, grad alone), the direct jitted JAX call (``jax.jit`` of
-  ``f``, ``jax.value_and_grad(f)``, ``jax.grad(f)``, with
-  ``jax.block_until_ready``: the physical limit), and ``as_jax_op`` and
-  ``pytensor.wrap_jax`` compiled by ``pytensor.function`` in the default
-  (Numba), C VM and JAX linkers, as a user compiles them:
-  ``pytensor.function(inputs, [cost, *pt.grad(cost, inputs)])``, each first
-  checked against the direct JAX result; value+grad also with the rewrite
-  fusing an op's value and VJP excluded (Numba linker).
-* **Forward/backward split** of the ODE functions, and the forward passes a
-  wrapped value+grad spends beyond the direct one.
-* **JAX ops inside the value+grad function**: each op's host function on the
-  inputs it receives, next to ``jit(f)`` and ``jit(value_and_grad(f))``.
-* **Compile time** of the value+grad function per linker (fresh wrappers),
-  and the **graph-build time** of one wrapped call and of ``pt.grad``.
-* **Breakdown** of the cheap function's per-call cost under the Numba linker.
-
-Functions: ``cheap`` (10-vector -> scalar); ``oscillator`` (a forced damped
-oscillator, Tsit5, 100 save points, the forcing a ``diffrax.LinearInterpolation``
-of 16 knot values that are an input); ``stiff`` (Robertson's kinetics,
-Kvaerno5, a rate interpolated from 16 knots).
+Side by side in one run: **per call** (medians of interleaved batches) of the
+value, value+grad and grad of each function, directly jitted (with
+``jax.block_until_ready``: the physical limit) and through ``as_jax_op`` and
+``pytensor.wrap_jax`` compiled by ``pytensor.function`` in the Numba (default),
+C VM and JAX linkers, each first checked against direct JAX (value+grad also
+without the rewrite fusing an op's value and VJP); the **forward/backward
+split**; each **JAX op** of the value+grad function on its inputs; **compile**
+and **graph-build** times; a **breakdown** of the cheap function's per-call
+cost under Numba. Functions: ``cheap`` (10-vector -> scalar), ``oscillator``
+(a forced damped oscillator, Tsit5, its forcing interpolated from 16 knot
+values that are an input), ``stiff`` (Robertson's kinetics, Kvaerno5).
 
 Run::
 

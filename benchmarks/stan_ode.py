@@ -8,22 +8,15 @@ line to ``benchmarks/results/stan_ode.jsonl``; ``--report`` writes the tables of
     .venv/bin/python benchmarks/stan_ode.py --run cost # one of them
     .venv/bin/python benchmarks/stan_ode.py --report
 
-Runs:
-
-* ``cost``: milliseconds per value-and-gradient call of a stiff solve
-  (Robertson's chemical kinetics, ``Kvaerno5``, 40 output times) with
-  ``max_steps`` 4096, 1e5, 1e8, 1e8 with 1000 checkpoints, and the settings
-  :func:`pytensor.compile.jax_ofg.diffrax_settings` gives for ``integrate_ode_bdf``'s defaults.
-* ``fit:<sampler>:<start>[:<chain_method>]``: the lynx-hare model of
-  ``examples/stan_ode.py`` (the case study's ``integrate_ode_rk45`` at 1e-5,
-  1e-3, 500 steps), 4 chains of 1000 + 1000, seed 1: wall time of
-  ``pm.sample`` (compilation included), divergences, worst R-hat, smallest bulk
-  ESS over the 8 parameters. ``start``: ``default`` (PyMC's initial point,
-  jittered as each sampler does), ``prior`` (``initvals`` at the priors'
-  locations: ``mu`` of each normal, ``exp(mu)`` of each log-normal) or ``stan``
-  (:func:`pytensor.compile.jax_ofg.stan_initvals`: uniform in (-2, 2) on the unconstrained
-  scale, one point per chain). ``tight`` in place of a chain method: the solve
-  at rtol = atol = 1e-8 instead of the case study's tolerances.
+Runs (:data:`RUNS`): ``cost`` (a stiff solve's value and gradient per call
+with ``max_steps`` from 4096 to 8e9 and
+:func:`pytensor.compile.jax_ofg.diffrax_settings`' settings); ``gradient``
+(the lynx-hare log-density and gradient at the case study's tolerances
+against 1e-12); ``fit:<sampler>:<start>[:<chain_method>]`` (the lynx-hare
+model of ``examples/stan_ode.py``, 4 chains of 1000 + 1000, seed 1, started
+at PyMC's initial point, the priors' locations or
+:func:`pytensor.compile.jax_ofg.stan_initvals`' points; ``tight``: the solve
+at rtol = atol = 1e-8). What each table shows: ``texts/stan_ode.md``.
 """
 
 import argparse
