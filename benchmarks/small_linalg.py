@@ -42,6 +42,7 @@ from _timing import Call, calls_per_second, interleaved_medians, median  # noqa:
 import conftest  # noqa: E402, F401  (the checkout's modules)
 import pytensor  # noqa: E402
 from pytensor.compile._jax_ofg import small_linalg  # noqa: E402
+from pytensor.compile._jax_ofg.patches import linalg_lowering  # noqa: E402
 from pytensor.compile.jax_ofg import as_jax_op  # noqa: E402
 
 
@@ -59,15 +60,15 @@ def aot(fn: Callable, *args, max_size: int | None = None):
 @contextlib.contextmanager
 def only(part: str) -> Iterator[None]:
     """Lower only ``part`` ("permutation" or "lapack calls") without LAPACK."""
-    saved = small_linalg._small, small_linalg._small_permutation
+    saved = linalg_lowering._small, linalg_lowering._small_permutation
     if part == "permutation":
-        small_linalg._small = lambda aval: False
+        linalg_lowering._small = lambda aval: False
     elif part == "lapack calls":
-        small_linalg._small_permutation = lambda aval, size: False
+        linalg_lowering._small_permutation = lambda aval, size: False
     try:
         yield
     finally:
-        small_linalg._small, small_linalg._small_permutation = saved
+        linalg_lowering._small, linalg_lowering._small_permutation = saved
 
 
 def timed(fn, *args) -> Call:
