@@ -2,7 +2,7 @@
 
 A benchmark measures into a JSON-able object, stores it in
 ``benchmarks/results/<name>.json`` (:func:`save`) and renders its markdown
-tables from that object alone (:func:`section`, :func:`markdown_table`), so
+tables from that object alone (:func:`fill`, :func:`markdown_table`), so
 that ``--report`` writes every table again from the stored runs, timing
 nothing. What a table needs beyond the measurements (the command, the
 machine: :func:`machine_header`) is stored with them, under ``"meta"``. The
@@ -80,11 +80,6 @@ def fill(block: str, rows: Sequence[Sequence[Any]] = (), **fields: Any) -> str:
     return "\n".join(lines)
 
 
-def columns(spec: str) -> list[str]:
-    """A table's header from ``"model | route | seconds"``."""
-    return spec.split(" | ")
-
-
 def markdown_table(
     headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric_from: int = 1
 ) -> str:
@@ -96,29 +91,6 @@ def markdown_table(
 
 def markdown_row(row: Sequence[Any]) -> str:
     return "| " + " | ".join(str(cell) for cell in row) + " |"
-
-
-def section(
-    title: str,
-    headers: Sequence[str] | str,
-    rows: Sequence[Sequence[Any]],
-    *,
-    before: str = "",
-    after: str = "",
-    numeric_from: int = 1,
-    level: int = 2,
-) -> list[str]:
-    """A report's section as lines: its title, a paragraph, the table, a paragraph.
-
-    Each part is followed by an empty line; an empty ``title`` gives none.
-    """
-    if isinstance(headers, str):
-        headers = columns(headers)
-    lines = [f"{'#' * level} {title}", ""] if title else []
-    for text in (before, markdown_table(headers, rows, numeric_from), after):
-        if text:
-            lines += [text, ""]
-    return lines
 
 
 def format_seconds(seconds: float, unit: str) -> str:

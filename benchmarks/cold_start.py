@@ -158,11 +158,7 @@ print(json.dumps(dict(
 #: (label, model, environment) of the nutpie runs.
 NUTPIE_RUNS = [
     ("as_jax_op (diffrax, equinox's checks raise)", "boarding_school", {}),
-    (
-        "as_jax_op, EQX_ON_ERROR=nan",
-        "boarding_school",
-        {"EQX_ON_ERROR": "nan"},
-    ),
+    ("as_jax_op, EQX_ON_ERROR=nan", "boarding_school", {"EQX_ON_ERROR": "nan"}),
     ("pure PyTensor (scan RK4, dt = 0.05 day)", "boarding_school_pytensor", {}),
 ]
 

@@ -41,10 +41,7 @@ import conftest  # noqa: E402, F401  (the checkout's modules)
 #: pm.sample()'s extra arguments per setting: ``draw_diag`` is ``pm.sample()``
 #: as it is (this package's default for models holding wrapped functions),
 #: ``diag`` nutpie's own default, named.
-SETTINGS = {
-    "diag": {"nuts": {"adaptation": "diag"}},
-    "draw_diag": {},
-}
+SETTINGS = {"diag": {"nuts": {"adaptation": "diag"}}, "draw_diag": {}}
 
 
 def model_and_kwargs(name: str):

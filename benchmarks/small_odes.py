@@ -91,50 +91,10 @@ CHAIN_LENGTH = 1000
 #: Routes whose processes compile what one process of ``ours`` does: they
 #: share its caches (pinned calls and chains in processes).
 WARMED_AS_OURS = frozenset({"ours", "processes"})
-KINDS = (
-    "startup",
-    "per_call",
-    "parallel_calls",
-    "pinned_calls",
-    "chains",
-    "neighbours",
-    "threads",
-    "fit",
-)
 
-LV_STAN_PROGRAM = """
-functions {
-  vector dz_dt(real t, vector z, array[] real theta) {
-    return [(theta[1] - theta[2] * z[2]) * z[1],
-            (-theta[3] + theta[4] * z[1]) * z[2]]';
-  }
-}
-data {
-  int<lower=0> N;
-  array[N] real ts;
-  array[2] real y_init;
-  array[N, 2] real<lower=0> y;
-}
-parameters {
-  array[4] real<lower=0> theta;
-  array[2] real<lower=0> z_init;
-  array[2] real<lower=0> sigma;
-}
-transformed parameters {
-  array[N] vector[2] z = ode_rk45_tol(dz_dt, to_vector(z_init), 0, ts,
-                                      1e-5, 1e-3, 500, theta);
-}
-model {
-  theta[{1, 3}] ~ normal(1, 0.5);
-  theta[{2, 4}] ~ normal(0.05, 0.05);
-  sigma ~ lognormal(-1, 1);
-  z_init ~ lognormal(log(10), 1);
-  for (k in 1:2) {
-    y_init[k] ~ lognormal(log(z_init[k]), sigma[k]);
-    y[:, k] ~ lognormal(log(z[:, k]), sigma[k]);
-  }
-}
-"""
+LV_STAN_PROGRAM = (
+    Path(__file__).resolve().parent / "stan" / "lotka_volterra.stan"
+).read_text()
 
 
 # --------------------------------------------------------------------------
@@ -336,6 +296,25 @@ def child_pinned_calls(spec: dict) -> dict:
     return {**results, "started late by": late}
 
 
+def sample(compiled, spec: dict, *, chains, cores, length=CHAIN_LENGTH, **options):
+    """``nutpie.sample`` of ``spec``'s model (its settings, its seed; another one for
+    a sampler in the background) with ``length`` tuning steps and draws."""
+    import nutpie
+
+    seed = spec["seed"] + (1 if options.get("blocking") is False else 0)
+    return nutpie.sample(
+        compiled,
+        chains=chains,
+        tune=length,
+        draws=length,
+        cores=cores,
+        seed=seed,
+        progress_bar=False,
+        **options,
+        **NUTPIE_SETTINGS.get(spec["model"], {}),
+    )
+
+
 def leapfrog_steps(trace) -> list[int]:
     """Each chain's leapfrog steps, warm-up included."""
     return (
@@ -398,16 +377,7 @@ def child_chains(spec: dict) -> dict:
     _, compiled, _ = compile_ours(spec["model"], spec["route"], phases)
     nutpie.sample(compiled, chains=2, tune=20, draws=5, cores=2, progress_bar=False)
     before = time.perf_counter()
-    trace = nutpie.sample(
-        compiled,
-        chains=2,
-        tune=CHAIN_LENGTH,
-        draws=CHAIN_LENGTH,
-        cores=spec["cores"],
-        seed=spec["seed"],
-        progress_bar=False,
-        **NUTPIE_SETTINGS.get(spec["model"], {}),
-    )
+    trace = sample(compiled, spec, chains=2, cores=spec["cores"])
     seconds = time.perf_counter() - before
     return {"seconds": seconds, "steps": leapfrog_steps(trace)}
 
@@ -450,20 +420,9 @@ def child_fit(spec: dict) -> dict:
             "divergences": int(stats["diverging"].sum()),
         }
     else:
-        import nutpie
-
         _, compiled, _ = compile_ours(name, "ours", phases)
         before = since_start()
-        trace = nutpie.sample(
-            compiled,
-            chains=4,
-            tune=1000,
-            draws=1000,
-            cores=2,
-            seed=spec["seed"],
-            progress_bar=False,
-            **NUTPIE_SETTINGS.get(spec["model"], {}),
-        )
+        trace = sample(compiled, spec, chains=4, cores=2, length=1000)
         phases["sampling"] = since_start() - before
         _, _, parameters = stan_program(name)
         draws = {p: trace.posterior[p].values for p in parameters}
@@ -498,7 +457,6 @@ def child_neighbour(spec: dict) -> dict:
     phases: dict = {}
     _, compiled, x = compile_ours(spec["model"], "ours", phases)
     call = logp_call(compiled, x)
-    settings = NUTPIE_SETTINGS.get(spec["model"], {})
     signal = Path(spec["signal"])
     if spec["role"] == "sampler":
         nutpie.sample(compiled, chains=1, tune=20, draws=5, progress_bar=False)
@@ -509,36 +467,14 @@ def child_neighbour(spec: dict) -> dict:
                 signal.write_text(phase)
                 time.sleep(0.5)  # the neighbour's switch
                 before = time.perf_counter()
-                trace = nutpie.sample(
-                    compiled,
-                    chains=1,
-                    tune=CHAIN_LENGTH,
-                    draws=CHAIN_LENGTH,
-                    cores=1,
-                    seed=spec["seed"],
-                    progress_bar=False,
-                    **settings,
-                )
+                trace = sample(compiled, spec, chains=1, cores=1)
                 seconds = time.perf_counter() - before
-                runs.append(
-                    {
-                        "phase": phase,
-                        "seconds": seconds,
-                        "steps": sum(leapfrog_steps(trace)),
-                    }
-                )
+                steps = sum(leapfrog_steps(trace))
+                runs.append({"phase": phase, "seconds": seconds, "steps": steps})
         signal.write_text("done")
         return {"runs": runs}
-    background = nutpie.sample(
-        compiled,
-        chains=1,
-        tune=100 * CHAIN_LENGTH,
-        draws=100 * CHAIN_LENGTH,
-        cores=1,
-        seed=spec["seed"] + 1,
-        progress_bar=False,
-        blocking=False,
-        **settings,
+    background = sample(
+        compiled, spec, chains=1, cores=1, length=100 * CHAIN_LENGTH, blocking=False
     )
     background.pause()
     phase, paused = "idle", True
@@ -680,6 +616,10 @@ PLAN = {
     "threads": [{"route": "jax"}],  # pk only: no model
     "fit": [{"route": "ours"}, {"route": "processes"}],
 }
+
+
+#: The kinds of measurement, in the order each round runs them (``--skip``).
+KINDS = tuple(PLAN)
 
 
 def plan(settings) -> list[list[dict]]:
