@@ -6,12 +6,13 @@
   ``pytensor.wrap_jax`` (one function for interpolation and solve, as a
   ``wrap_jax`` user writes it); ``sir_pytensor``: the same epidemic in pure
   PyTensor (fixed-step RK4 in ``pytensor.scan``, linear interpolation).
-* ``sir_nested``: the same epidemic as a modeller nests it: the 8 log-knots
-  a PyTensor ``cumsum`` of PyMC increments, a closure over a cubic
-  interpolation built by one wrapped function and called inside a second
-  wrapped function's diffrax solve, left with equinox's default checks
-  (``throw=True``; ``EQX_ON_ERROR`` unset: ``raise``); ``sir_nested_wrap_jax``:
-  the same with ``pytensor.wrap_jax``.
+* ``sir_nested``: the same epidemic as a modeller nests it, the tests' model
+  (``tests/compile/_jax_ofg_models.py``, where the SIR solve and interpolation
+  are defined once for both): the 8 log-knots a PyTensor ``cumsum`` of PyMC
+  increments, a closure over a cubic interpolation built by one wrapped
+  function and called inside a second wrapped function's diffrax solve, left
+  with equinox's default checks (``throw=True``; ``EQX_ON_ERROR`` unset:
+  ``raise``); ``sir_nested_wrap_jax``: the same with ``pytensor.wrap_jax``.
 * ``seir``: the main job's model (``examples/seir_time_varying.py``);
   ``seir_wrap_jax``: the same with ``pytensor.wrap_jax``.
 """
@@ -22,7 +23,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import diffrax
 import jax.numpy as jnp
 import numpy as np
 import pymc as pm
@@ -32,41 +32,27 @@ import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import as_jax_op
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+# The models shared with the tests are defined there once (after the checkout's
+# root on the path: the tests' folder holds a conftest.py of its own).
+sys.path.append(str(ROOT / "tests" / "compile"))
+
+import _jax_ofg_models as tests_models  # noqa: E402
+
 
 SIR_KNOTS = np.linspace(0.0, 50.0, 8)
 SIR_DAYS = np.arange(51.0)
-SIR_Y0 = np.array([0.99, 0.01])
+SIR_Y0 = tests_models.SIR_Y0
 SIR_TRUE_KNOTS = np.array([0.45, 0.42, 0.35, 0.25, 0.2, 0.24, 0.3, 0.28])
-
-
-def sir_rate_jax(knot_times, knots):
-    coefficients = diffrax.backward_hermite_coefficients(knot_times, knots)
-    return diffrax.CubicInterpolation(knot_times, coefficients).evaluate
+#: The tests' cubic interpolation of knot values: a closure, ``beta(t)``.
+sir_rate_jax = tests_models.interpolate_jax
 
 
 def sir_solve_jax(beta, y0, days, gamma, *, throw=False):
-    """The SIR trajectory; ``throw=False``: a failed solve (during warm-up) gives an
-    infinite log-density, a rejection, where diffrax's default raises.
-    """
-
-    def vector_field(t, y, args):
-        s, i = y
-        infections = beta(t) * s * i
-        return jnp.stack([-infections, infections - gamma * i])
-
-    solution = diffrax.diffeqsolve(
-        diffrax.ODETerm(vector_field),
-        diffrax.Tsit5(),
-        days[0],
-        days[-1],
-        0.1,
-        y0,
-        saveat=diffrax.SaveAt(ts=days),
-        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8),
-        throw=throw,
-    )
-    return solution.ys
+    """The tests' SIR trajectory; ``throw=False``: a failed solve (during warm-up)
+    gives an infinite log-density, a rejection, where diffrax's default raises."""
+    return tests_models.solve_jax(beta, y0, days, gamma, throw=throw)
 
 
 @as_jax_op
@@ -88,11 +74,7 @@ def sir_trajectory_wrap_jax(knots, gamma):
 #: Daily cases simulated from ``SIR_TRUE_KNOTS``, gamma 0.12 and NB(alpha 20)
 #: noise (seed 3) with ``sir_trajectory_wrap_jax``; fixed here so that building
 #: a model runs no JAX.
-SIR_OBSERVED = np.array([
-    87, 62, 73, 109, 191, 198, 243, 287, 463, 307, 408, 613, 456, 444, 578, 579,
-    548, 292, 228, 272, 258, 175, 122, 160, 169, 103, 111, 135, 66, 85, 45, 44,
-    54, 30, 34, 35, 20, 35, 20, 34, 15, 29, 34, 24, 24, 18, 18, 21, 12, 8,
-])  # fmt: skip
+SIR_OBSERVED = tests_models.SIR_NESTED_OBSERVED
 
 
 def sir_model(trajectory_of: Callable, observed: np.ndarray) -> pm.Model:
@@ -153,50 +135,20 @@ def sir_pytensor(steps_per_day: int = 4) -> pm.Model:
     return sir_model(trajectory, SIR_OBSERVED)
 
 
-def sir_nested_rate_jax(knot_times, log_knots):
-    """A closure: ``beta(t)``, the exponential of a cubic interpolation."""
-    coefficients = diffrax.backward_hermite_coefficients(knot_times, log_knots)
-    log_rate = diffrax.CubicInterpolation(knot_times, coefficients)
-    return lambda t: jnp.exp(log_rate.evaluate(t))
-
-
-def sir_nested_solve_jax(beta, y0, days, gamma):
-    """As :func:`sir_solve_jax`, with diffrax's default ``throw=True``."""
-    return sir_solve_jax(beta, y0, days, gamma, throw=True)
-
-
-sir_nested_rate = as_jax_op(sir_nested_rate_jax)
-sir_nested_solve = as_jax_op(sir_nested_solve_jax)
-
-
 def sir_nested_trajectory_wrap_jax(log_knots, gamma):
     """``sir_nested`` as a ``pytensor.wrap_jax`` user writes it: one function."""
-    beta = sir_nested_rate_jax(SIR_KNOTS, log_knots)
-    return sir_nested_solve_jax(beta, SIR_Y0, SIR_DAYS, gamma)
-
-
-def sir_nested_model(trajectory_of: Callable) -> pm.Model:
-    with pm.Model() as model:
-        log_first = pm.Normal("log_first_knot", np.log(0.3), 0.3)
-        increments = pm.Normal("increments", 0.0, 0.1, shape=len(SIR_KNOTS) - 1)
-        log_knots = pt.cumsum(pt.concatenate([log_first[None], increments]))
-        gamma = pm.LogNormal("gamma", np.log(0.1), 0.2)
-        trajectory = trajectory_of(log_knots, gamma)
-        cases = 10_000.0 * (trajectory[:-1, 0] - trajectory[1:, 0])
-        pm.NegativeBinomial("cases", mu=cases, alpha=20.0, observed=SIR_OBSERVED)
-    return model
+    beta = tests_models.interpolated_rate_jax(SIR_KNOTS, log_knots)
+    return tests_models.solve_jax(beta, SIR_Y0, SIR_DAYS, gamma)
 
 
 def sir_nested() -> pm.Model:
-    return sir_nested_model(
-        lambda k, g: sir_nested_solve(
-            sir_nested_rate(SIR_KNOTS, k), SIR_Y0, SIR_DAYS, g
-        )
-    )
+    return tests_models.sir_nested_model()
 
 
 def sir_nested_wrap_jax() -> pm.Model:
-    return sir_nested_model(pytensor.wrap_jax(sir_nested_trajectory_wrap_jax))
+    return tests_models.sir_nested_model(
+        pytensor.wrap_jax(sir_nested_trajectory_wrap_jax)
+    )
 
 
 def _seir_data():

@@ -72,27 +72,12 @@ def run_python(
 ) -> Finished:
     """Run ``sys.executable *arguments`` and wait for it.
 
-    Parameters
-    ----------
-    arguments
-        The script and its arguments.
-    env
-        Added to (or overriding) this process's environment.
-    cwd
-        The child's working folder (default: this process's).
-    timeout
-        Seconds; then the child's whole process group (its workers too) is
-        killed and :class:`ChildFailed` raised.
-    capture
-        Pipe the child's output (else it shows on this process's).
-    result
-        Parse the JSON object on the last line of its output.
-
-    Raises
-    ------
-    ChildFailed
-        On a non-zero exit (the end of its stderr), a timeout, or, with
-        ``result``, no JSON object on its last line.
+    ``env`` adds to (or overrides) this process's environment; ``cwd`` is the
+    child's working folder; after ``timeout`` seconds the child's whole
+    process group (its workers too) is killed. ``capture`` pipes its output
+    (else it shows on this process's); ``result`` parses the JSON object on
+    the last line of that output. Raises :class:`ChildFailed` on a non-zero
+    exit (with the end of its stderr), a timeout, or no JSON object.
     """
     pipe = subprocess.PIPE if capture else None
     started_at, start = time.time(), time.perf_counter()

@@ -1,22 +1,22 @@
-"""Timing and reporting helpers shared by the benchmark scripts.
+"""Timing helpers shared by the benchmark scripts.
 
 * :func:`interleaved_medians` times several callables side by side: batches of
   calls, taken round-robin (in a rotating order) so that a burst of noise from
   another process hits every candidate alike; the median batch is reported.
 * :func:`time_once` times a single call (compilations, first calls);
   :func:`best_ms` the best of a few runs of many calls.
-* :func:`markdown_table`, :func:`machine_header` and :func:`package_versions`
-  format the results; :func:`median` summarizes values that may hold NaN.
+* :func:`calls_per_second` counts calls made from several threads at once;
+  :func:`median` summarizes values that may hold NaN.
+
+Tables are rendered by :mod:`_report`.
 """
 
 from __future__ import annotations
 
 import gc
-import importlib.metadata
 import math
-import os
-import platform
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -151,84 +151,27 @@ def best_ms(fn: Callable[[], Any], calls: int = 200, runs: int = 5) -> float:
     return best * 1e3
 
 
+def calls_per_second(calls: Sequence[Callable[[], Any]], seconds: float = 1.0) -> float:
+    """Calls per second of ``calls`` made at once, each from a thread of its own,
+    for ``seconds``."""
+    counts = [0] * len(calls)
+    stop = time.perf_counter() + seconds
+
+    def run(k: int) -> None:
+        while time.perf_counter() < stop:
+            calls[k]()
+            counts[k] += 1
+
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(len(calls))]
+    start = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(counts) / (time.perf_counter() - start)
+
+
 def median(values: Sequence[float]) -> float:
     """The median of the values that are not NaN (NaN when none is)."""
     values = [v for v in values if not math.isnan(v)]
     return statistics.median(values) if values else math.nan
-
-
-# ---------------------------------------------------------------- formatting
-def machine_header(versions: Mapping[str, str]) -> str:
-    """One line naming the machine and the package versions."""
-    cpu = _cpu_model() or platform.processor() or platform.machine()
-    parts = [
-        f"{platform.system()} {platform.machine()}",
-        f"CPU {cpu}",
-        f"{os.cpu_count()} logical CPUs",
-        "load average {:.2f} {:.2f} {:.2f}".format(*load_averages()),
-        f"Python {platform.python_version()}",
-        *(f"{name} {version}" for name, version in versions.items()),
-    ]
-    return "Machine: " + "; ".join(parts)
-
-
-def _cpu_model() -> str | None:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def load_averages() -> tuple[float, float, float]:
-    """The 1-, 5- and 15-minute load averages (NaN where the system has none)."""
-    try:
-        return os.getloadavg()
-    except (AttributeError, OSError):
-        return (math.nan, math.nan, math.nan)
-
-
-def package_versions(distributions: Mapping[str, str]) -> dict[str, str]:
-    """The installed version of each distribution, by label ("not installed").
-
-    ``distributions`` maps a label (``"JAX"``) to a distribution name (``"jax"``).
-    """
-    found = {}
-    for label, name in distributions.items():
-        try:
-            found[label] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[label] = "not installed"
-    return found
-
-
-def markdown_table(
-    headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric_from: int = 1
-) -> str:
-    """A markdown table; columns from ``numeric_from`` on are right-aligned."""
-    align = ["---" if i < numeric_from else "---:" for i in range(len(headers))]
-    lines = [
-        "| " + " | ".join(headers) + " |",
-        "|" + "|".join(align) + "|",
-    ]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def format_seconds(seconds: float, unit: str) -> str:
-    """Seconds shown in ``unit`` (``"us"``, ``"ms"`` or ``"s"``), 3 significant digits."""
-    scale = {"us": 1e6, "ms": 1e3, "s": 1.0}[unit]
-    value = seconds * scale
-    if value >= 100:
-        return f"{value:.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
-
-
-def format_ratio(ratio: float) -> str:
-    """A ratio with two decimals."""
-    return f"{ratio:.2f}"

@@ -35,7 +35,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import _stan  # noqa: E402  (imports neither this package nor PyTensor)
-from _timing import load_averages  # noqa: E402
+from _report import load_averages  # noqa: E402
 
 
 PARAMETERS = ["beta", "gamma", "phi_inv", "R0", "recovery_time"]

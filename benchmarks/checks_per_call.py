@@ -2,41 +2,26 @@
 
 Equinox's raising checks (``eqx.error_if``, in every diffrax solve) are host
 callbacks, which :mod:`jax.export` cannot keep; the trace cache keeps such a
-program with each check setting a flag (``_jax_ofg.host.checks``). This measures
-what that costs per call, against the limit, side by side in one process
-(medians of interleaved batches; every call timed to completion, its outputs
-read as NumPy arrays):
+program with each check setting a flag (``_jax_ofg.host.checks``). Measured
+side by side in one process (medians of interleaved batches, outputs read as
+NumPy arrays), with equinox's default ``EQX_ON_ERROR=raise`` and, in a child
+process, ``EQX_ON_ERROR=nan``:
 
-* ``sir``: value and gradient of a small diffrax solve (``_models.sir``'s
-  trajectory: Tsit5 SIR with a cubic-interpolated rate; a squared-error loss
-  on the daily cases), compiled with ``pytensor.function`` in the default
-  (Numba) linker, against ``jax.jit(jax.value_and_grad(loss))``;
-* ``seir``: the main job's ``logp_dlogp`` (``examples/seir_time_varying.py``)
-  in the default linker against ``mode="JAX"`` (dims frozen, as in
-  ``islands.py``);
-* the trace cache's own machinery: the same compiled functions with
-  ``jax_ofg__trace_cache=off`` (the original program, jitted) against ``on``
-  (the exported program, served);
-* ``chain``: ``islands.py``'s fixed-cost graph (32 chained wrapped ``tanh``
-  calls, no checks; one island), for the machinery's cost in microseconds;
-* for ``sir`` also the pieces: the flagged program jitted directly with its
-  flag read in Python (how calls were served before: JAX's CPU runtime runs a
-  program without host callbacks on another thread, the original on the
-  calling thread), and our op's program alone (its host call).
-
-Each is measured with equinox's default ``EQX_ON_ERROR=raise`` and, in a
-child process (equinox reads it at import), with ``EQX_ON_ERROR=nan``.
+* ``sir``: value and gradient of a small diffrax solve (:mod:`_models`) in the
+  default linker against ``jax.jit(jax.value_and_grad(loss))``; its op's
+  program alone; the flagged program with its flag read in Python;
+* ``seir``: the main job's ``logp_dlogp`` against ``mode="JAX"``;
+* ``chain``: 32 chained wrapped ``tanh`` calls (one island, no checks);
+* for each, the trace cache's machinery: ``jax_ofg__trace_cache`` on against off.
 
 Run::
 
     .venv/bin/python benchmarks/checks_per_call.py           # ~6 minutes
     .venv/bin/python benchmarks/checks_per_call.py --quick   # ~3 minutes
 
-``--cpu-time`` times the process's CPU seconds (all threads) instead of
-wall-clock ones: less inflated by other processes on a shared machine.
-Results are printed and written to ``benchmarks/results/checks_per_call.md``
-(``checks_per_call_quick.md`` with ``--quick``, ``..._cpu.md`` with
-``--cpu-time``).
+``--cpu-time`` times the process's CPU seconds (all threads) instead of wall
+time. Writes ``benchmarks/results/checks_per_call.json`` and ``.md``
+(``checks_per_call_quick.*`` with ``--quick``, ``..._cpu.*`` with ``--cpu-time``).
 """
 
 from __future__ import annotations
@@ -57,7 +42,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import _timing  # noqa: E402
+import _report  # noqa: E402
 import islands  # noqa: E402 - the checkout's modules; no persistent XLA cache
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -74,6 +59,7 @@ from _models import (  # noqa: E402
     sir_solve_jax,
 )
 from _processes import run_python  # noqa: E402
+from _report import fill, format_ratio, format_seconds  # noqa: E402
 from _timing import Call, Stats, interleaved_medians  # noqa: E402
 from pymc.model.transform.optimization import freeze_dims_and_data  # noqa: E402
 
@@ -266,29 +252,21 @@ ROWS = [
 ]
 
 
-def table(results: dict[str, dict]) -> str:
+def report(data: dict) -> str:
     rows = []
     for case, label, candidate, reference in ROWS:
-        for checks, by_case in results.items():
+        for checks, by_case in data["results"].items():
             stats = by_case.get(case, {})
             if candidate not in stats or reference not in stats:
                 continue
             ours, theirs = stats[candidate], stats[reference]
             rows.append(
-                (
-                    f"{case}: {label}",
-                    f"EQX_ON_ERROR={checks}",
-                    _timing.format_seconds(ours["median"], "us"),
-                    _timing.format_seconds(theirs["median"], "us"),
-                    _timing.format_ratio(ours["median"] / theirs["median"]),
-                    f"{100 * max(ours['spread'], theirs['spread']):.0f}%",
-                )
+                [f"{case}: {label}", f"EQX_ON_ERROR={checks}"]
+                + [format_seconds(s["median"], "us") for s in (ours, theirs)]
+                + [format_ratio(ours["median"] / theirs["median"])]
+                + [f"{100 * max(ours['spread'], theirs['spread']):.0f}%"]
             )
-    return _timing.markdown_table(
-        ["per call", "checks", "us", "reference us", "ratio", "spread"],
-        rows,
-        numeric_from=2,
-    )
+    return fill(_report.texts("checks_per_call")["report"], rows, **data["meta"]) + "\n"
 
 
 def parse_args(argv=None):
@@ -306,6 +284,7 @@ def parse_args(argv=None):
         help="time CPU seconds of the process (all threads), not wall-clock ones",
     )
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--report", action="store_true", help="only the table")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     args.repeats = 11 if args.quick else 41
@@ -322,30 +301,17 @@ def main(argv=None) -> None:
     if args.json:
         print(json.dumps(measure(args)))
         return
-    results = {"raise": measure(args)}
-    results["nan"] = in_child([a for a in argv if a != "--json"], "nan")
-    versions = {"PyTensor": pytensor.__version__, "JAX": jax.__version__}
-    text = "\n".join(
-        [
-            "# Per call on equinox's default path",
-            "",
-            f"`python benchmarks/checks_per_call.py{' '.join(['', *argv])}`; "
-            f"medians of {args.repeats} interleaved batches of about "
-            f"{args.batch_seconds} s per process, "
-            f"{'CPU time (all threads)' if args.cpu_time else 'wall-clock'}; "
-            "ratio = median / reference median; spread = the larger "
-            "interquartile range / median.",
-            "",
-            _timing.machine_header(versions),
-            "",
-            table(results),
-            "",
-        ]
-    )
-    print(text)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    print(f"written to {args.output}")
+    name = args.output.stem
+    if not args.report:
+        results = {"raise": measure(args)}
+        results["nan"] = in_child([a for a in argv if a != "--json"], "nan")
+        versions = {"PyTensor": pytensor.__version__, "JAX": jax.__version__}
+        command = " ".join(["python benchmarks/checks_per_call.py", *argv])
+        clock = "CPU time (all threads)" if args.cpu_time else "wall-clock"
+        meta = _report.meta(command, versions) | {"clock": clock}
+        meta |= {"repeats": args.repeats, "batch_seconds": args.batch_seconds}
+        _report.save(name, {"meta": meta, "results": results})
+    _report.write(name, report(_report.load(name)), args.output)
 
 
 if __name__ == "__main__":

@@ -1,28 +1,18 @@
 """Cold start: fresh processes, their first and second run, and compile-time scaling.
 
-PyTensor caches compiled Numba code under its ``compiledir``; this package
-makes graphs holding its ops cacheable there too, puts JAX's persistent
-compilation cache next to it, and keeps the traces of wrapped functions
-there (the trace cache). Every run below is a fresh process, run twice in a
-row with a fresh, shared ``base_compiledir`` (the second run is what every
-notebook restart, script run and sampler worker pays):
+Every run is a fresh process, run twice in a row with a fresh, shared
+``base_compiledir`` (the second is what every notebook restart, script run and
+sampler worker pays), in sections (``--only``):
 
-1. **Stan's SIR case study through nutpie** (``pm.sample()``'s path): imports,
-   build, ``nutpie.compile_pymc_model``, the first draw, 4 chains of 1000 +
-   1000; ours with equinox's default (raising) checks, whose programs are
-   cached with each check turned into a flag, ours with
-   ``EQX_ON_ERROR=nan``, and the same model in pure PyTensor (scan RK4),
-   whose difference is our start-up overhead.
-2. **The first ``logp_dlogp`` value** of each model, by phase: imports, build
-   (for ours: wrapping, i.e. shape traces), PyTensor's rewrites and link
-   (Numba compiling or loading), the first call (JAX traces and XLA compiles,
-   or loads); with ``as_jax_op``, ``mode="JAX"``, ``pytensor.wrap_jax`` and
-   pure PyTensor. ``sir``: the islands benchmark's SIR model; ``seir``: the
-   main job's.
-3. **Compile time against the number of wrapped calls** (32, 64, 128 chained
-   calls), default linker against ``mode="JAX"``, cold caches.
-4. Where a first process's build and compile go (cProfile shares), and the
-   wall time of a short ``pm.sample(nuts_sampler="pymc", cores=2)`` run.
+* ``nutpie``: Stan's SIR case study through nutpie, as ``pm.sample()`` runs
+  it, to the first draw and the posterior: ours with equinox's checks, with
+  ``EQX_ON_ERROR=nan``, and the model in pure PyTensor (scan RK4);
+* ``first_value``: the first ``logp_dlogp`` value of each model by phase
+  (imports, build, rewrites, link, first call) with ``as_jax_op``,
+  ``mode="JAX"``, ``pytensor.wrap_jax`` and pure PyTensor; where a first
+  process's build and compile go (cProfile); a short ``pm.sample(cores=2)``;
+* ``scaling``: compile time against the number of wrapped calls (32 to 128),
+  default linker against ``mode="JAX"``, cold caches.
 
 Run::
 
@@ -30,8 +20,8 @@ Run::
     .venv/bin/python benchmarks/cold_start.py --quick        # no SEIR
     .venv/bin/python benchmarks/cold_start.py --only nutpie  # one section
 
-Results are printed and written to ``benchmarks/results/cold_start.md``
-(``--only S``: ``cold_start_S.md``).
+Writes ``benchmarks/results/cold_start.json`` and ``.md`` (``--only S``:
+``cold_start_S.*``).
 """
 
 from __future__ import annotations
@@ -49,8 +39,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import _report  # noqa: E402
 from _processes import IN_CHECKOUT, run_python  # noqa: E402
-from _timing import format_ratio, machine_header, markdown_table  # noqa: E402
+from _report import fill, format_ratio, package_versions  # noqa: E402
 
 
 #: The first lines of every script below: ``start`` is its first line's time,
@@ -167,68 +158,50 @@ print(json.dumps(dict(
 #: (label, model, environment) of the nutpie runs.
 NUTPIE_RUNS = [
     ("as_jax_op (diffrax, equinox's checks raise)", "boarding_school", {}),
-    (
-        "as_jax_op, EQX_ON_ERROR=nan",
-        "boarding_school",
-        {"EQX_ON_ERROR": "nan"},
-    ),
+    ("as_jax_op, EQX_ON_ERROR=nan", "boarding_school", {"EQX_ON_ERROR": "nan"}),
     ("pure PyTensor (scan RK4, dt = 0.05 day)", "boarding_school_pytensor", {}),
 ]
 
 NUTPIE_PHASES = ["imports", "build", "compile", "first_draw", "to_first_draw", "total"]
 
 
-def nutpie_startup_table(folder: Path, repeats: int) -> tuple[str, dict]:
+def measure_nutpie(folder: Path, repeats: int) -> dict[str, list[dict]]:
     """The case study through nutpie: a cold compiledir, then second processes.
 
     The cold process of each model first, then ``repeats`` rounds of second
     processes, one per model in each round (interleaved, so that a noisy
-    minute hits every model); the table gives each phase's median.
+    minute hits every model); per model, the cold run and each phase's median.
     """
     runs: dict[str, list[dict]] = {}
-    for index, (label, model, env) in enumerate(NUTPIE_RUNS):
-        runs[label] = [nutpie_child(folder, index, model, env)]
-    for _ in range(repeats):
+    for _ in range(1 + repeats):
         for index, (label, model, env) in enumerate(NUTPIE_RUNS):
-            runs[label].append(nutpie_child(folder, index, model, env))
+            runs.setdefault(label, []).append(nutpie_child(folder, index, model, env))
     for label, model_runs in runs.items():
         print("nutpie", label, json.dumps(model_runs), flush=True)
-    results = {
+    return {
         label: [cold, {p: statistics.median(r[p] for r in seconds) for p in cold}]
         for label, (cold, *seconds) in runs.items()
     }
+
+
+def nutpie_rows(results: dict[str, list[dict]], repeats: int) -> list[list]:
     pure = results[NUTPIE_RUNS[-1][0]]
     rows = []
     for label, runs in results.items():
-        for process, run, reference in zip(
-            ("cold", f"second (median of {repeats})"), runs, pure
-        ):
+        processes = ("cold", f"second (median of {repeats})")
+        for process, run, reference in zip(processes, runs, pure):
             over = run["to_first_draw"] - reference["to_first_draw"]
             over_after_imports = over - (run["imports"] - reference["imports"])
-            rows.append(
-                [label, process]
-                + [f"{run[p]:.2f}" for p in NUTPIE_PHASES]
-                + [f"{over:+.2f}", f"{over_after_imports:+.2f}"]
-            )
-    table = markdown_table(
-        [
-            "model",
-            "process",
-            *(f"{p} (s)" for p in NUTPIE_PHASES),
-            "over pure, to first draw (s)",
-            "same, imports aside (s)",
-        ],
-        rows,
-        numeric_from=2,
-    )
-    return table, results
+            rows.append([label, process, *(f"{run[p]:.2f}" for p in NUTPIE_PHASES)])
+            rows[-1] += [f"{over:+.2f}", f"{over_after_imports:+.2f}"]
+    return rows
 
 
 def nutpie_child(folder: Path, index: int, model: str, env: dict) -> dict:
     """One process of the nutpie section, sharing the compiledir of its model."""
     script = folder / f"nutpie_{index}.py"
     compiledir = folder / f"cache-nutpie-{index}"
-    return run_child(fill(NUTPIE, model=model), compiledir, script, env=env)
+    return run_child(fill_script(NUTPIE, model=model), compiledir, script, env=env)
 
 
 #: Compile time against the number of wrapped calls: a chain of N calls with a
@@ -296,19 +269,21 @@ def run_child(
     return run_python([script], env=env, cwd=script.parent, timeout=1800).result
 
 
-def fill(source: str, **values) -> str:
+def fill_script(source: str, **values) -> str:
     """A script: :data:`PREAMBLE`, then ``source`` with ``values`` filled in."""
     return PREAMBLE + textwrap.dedent(source).format(**values)
 
 
-def measure(runs: list[tuple[str, str | None]], folder: Path) -> dict[str, list[dict]]:
+def measure_first_value(
+    runs: list[tuple[str, str | None]], folder: Path
+) -> dict[str, list[dict]]:
     results = {}
     for name, mode in runs:
         tag = f"{name}-{mode or 'default'}"
         compiledir = folder / f"cache-{tag}"
         script = folder / f"run_{tag}.py"
         pair = [
-            run_child(fill(CHILD, model=name, mode=mode), compiledir, script)
+            run_child(fill_script(CHILD, model=name, mode=mode), compiledir, script)
             for _ in range(2)
         ]
         if abs(pair[0]["value"] - pair[1]["value"]) > 1e-9 * abs(pair[0]["value"]):
@@ -318,67 +293,101 @@ def measure(runs: list[tuple[str, str | None]], folder: Path) -> dict[str, list[
     return results
 
 
-def scaling_table(folder: Path) -> str:
+def measure_scaling(folder: Path) -> dict[str, dict]:
     """Compile + first call against the number of wrapped calls, default vs JAX."""
-    rows = []
+    results = {}
     for n in SCALING_CALLS:
         runs = {}
         for label, mode in (("default", None), ("JAX", "JAX")):
-            script = folder / f"scaling_{n}_{label}.py"
             runs[label] = run_child(
-                fill(SCALING, n=n, mode=mode),
+                fill_script(SCALING, n=n, mode=mode),
                 folder / f"cache-scaling-{n}-{label}",
-                script,
+                folder / f"scaling_{n}_{label}.py",
                 env={"JAX_ENABLE_COMPILATION_CACHE": "false"},
             )
         if abs(runs["default"]["value"] - runs["JAX"]["value"]) > 1e-9:
             raise AssertionError(f"N={n}: default and JAX disagree: {runs}")
-        ours, theirs = runs["default"], runs["JAX"]
-        rows.append(
-            [
-                n,
-                f"{ours['build']:.2f}",
-                f"{ours['compile']:.2f}",
-                f"{ours['first_call']:.2f}",
-                f"{ours['total']:.2f}",
-                f"{theirs['total']:.2f}",
-                format_ratio(ours["total"] / theirs["total"]),
-            ]
-        )
+        results[str(n)] = runs
         print("scaling", n, json.dumps(runs), flush=True)
-    return markdown_table(
-        [
-            "wrapped calls",
-            "build (s)",
-            "compile (s)",
-            "first call (s)",
-            "build to value (s)",
-            'mode="JAX" (s)',
-            'x mode="JAX"',
-        ],
-        rows,
-        numeric_from=1,
-    )
+    return results
 
 
-def phase_table(results: dict[str, list[dict]]) -> str:
+def scaling_rows(results: dict[str, dict]) -> list[list]:
+    rows = []
+    for n, runs in results.items():
+        ours, theirs = runs["default"], runs["JAX"]
+        times = [ours[p] for p in ("build", "compile", "first_call", "total")]
+        rows.append([n, *(f"{t:.2f}" for t in times), f"{theirs['total']:.2f}"])
+        rows[-1].append(format_ratio(ours["total"] / theirs["total"]))
+    return rows
+
+
+def phase_rows(results: dict[str, list[dict]]) -> list[list]:
     rows = []
     for name, (first, second) in results.items():
         for label, run in (("1st", first), ("2nd", second)):
-            rows.append(
-                [name, label]
-                + [f"{run[p]:.2f}" for p in PHASES]
-                + [
-                    format_ratio(second["total"] / first["total"])
-                    if label == "2nd"
-                    else ""
-                ]
+            ratio = (
+                format_ratio(second["total"] / first["total"]) if label == "2nd" else ""
             )
-    return markdown_table(
-        ["model", "process", *(f"{p} (s)" for p in PHASES), "2nd / 1st"],
-        rows,
-        numeric_from=2,
-    )
+            rows.append([name, label, *(f"{run[p]:.2f}" for p in PHASES), ratio])
+    return rows
+
+
+def measure(args: argparse.Namespace, wanted: set[str], command: str) -> dict:
+    """Every section asked for, as data."""
+    versions = package_versions({"PyTensor": "pytensor", "JAX": "jax", "PyMC": "pymc"})
+    data: dict = {"meta": _report.meta(command, versions) | {"repeats": args.repeats}}
+    runs = RUNS["sir"] + ([] if args.quick else RUNS["seir"])
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        if "nutpie" in wanted:
+            data["nutpie"] = measure_nutpie(folder, args.repeats)
+        if "first_value" in wanted:
+            data["first_value"] = measure_first_value(runs, folder)
+        if "scaling" in wanted:
+            data["scaling"] = measure_scaling(folder)
+        if "first_value" in wanted:
+            breakdown = fill_script(BREAKDOWN, model="sir")
+            cache, script = folder / "cache-breakdown", folder / "b.py"
+            data["breakdown"] = run_child(breakdown, cache, script)
+        if "first_value" in wanted and not args.no_sampling:
+            cache, script = folder / "cache-sample", folder / "sample.py"
+            sample = [run_child(fill_script(SAMPLE), cache, script) for _ in range(2)]
+            data["sampling"] = [run["total"] for run in sample]
+    return data
+
+
+def report(data: dict) -> str:
+    text, meta = _report.texts("cold_start"), data["meta"]
+    sections = [fill(text["intro"], **meta)]
+    if "nutpie" in data:
+        rows = nutpie_rows(data["nutpie"], meta["repeats"])
+        sections.append(fill(text["nutpie"], rows, repeats=meta["repeats"]))
+    if "first_value" in data:
+        results = data["first_value"]
+        ours, pure, wrap = (
+            results[label(name, None)]
+            for name in ("sir", "sir_pytensor", "sir_wrap_jax")
+        )
+        sections.append(
+            fill(
+                text["first_value"],
+                phase_rows(results),
+                ours_over_pure=format_ratio(ours[1]["total"] / pure[1]["total"]),
+                ours_over_wrap_jax=format_ratio(ours[0]["total"] / wrap[0]["total"]),
+            )
+        )
+    if "scaling" in data:
+        sections.append(fill(text["scaling"], scaling_rows(data["scaling"])))
+    if "breakdown" in data:
+        rows = [
+            (phase, f"{seconds:.2f}") for phase, seconds in data["breakdown"].items()
+        ]
+        sections.append(fill(text["breakdown"], rows))
+    if "sampling" in data:
+        first, second = data["sampling"]
+        sections.append(fill(text["sampling"], first=first, second=second))
+    return "\n\n".join(sections) + "\n"
 
 
 def main(argv=None) -> None:
@@ -399,123 +408,16 @@ def main(argv=None) -> None:
         help="second processes per model in the nutpie section (medians)",
     )
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--report", action="store_true", help="only the tables")
     args = parser.parse_args(argv)
-    wanted = {args.only} if args.only else set(SECTIONS)
-    if args.no_nutpie:
-        wanted.discard("nutpie")
-    runs = RUNS["sir"] + ([] if args.quick else RUNS["seir"])
-    import jax
-    import pymc
-
-    import pytensor
-
-    header = machine_header(
-        {
-            "PyTensor": pytensor.__version__,
-            "JAX": jax.__version__,
-            "PyMC": pymc.__version__,
-        }
-    )
-    with tempfile.TemporaryDirectory() as folder:
-        folder = Path(folder)
-        sections = [
-            "# Cold start: fresh processes, first and second run",
-            "",
-            f"`python benchmarks/cold_start.py{' '.join(['', *(argv or sys.argv[1:])])}`; "
-            "each run twice in a row, in fresh processes sharing a fresh "
-            "`base_compiledir` (the second is what every notebook restart, "
-            "script run and worker pays). Seconds.",
-            "",
-            header,
-            "",
-        ]
-        if "nutpie" in wanted:
-            table, _ = nutpie_startup_table(folder, args.repeats)
-            sections += [
-                "## Stan's SIR case study through nutpie (`pm.sample()`)",
-                "",
-                "From the script's first line: imports, the model's build, "
-                "`nutpie.compile_pymc_model`, the first draw (one chain, one "
-                "step), then 4 chains of 1000 + 1000 (`total`); a cold "
-                f"process, then the median of {args.repeats} second processes "
-                "(interleaved rounds). The last two "
-                "columns: time to the first draw over the pure-PyTensor "
-                "model's in the same kind of process, and the same without "
-                "the difference in imports (JAX, diffrax, equinox: the "
-                "model's own, which the pure model does not import).",
-                "",
-                table,
-                "",
-            ]
-        if "first_value" in wanted:
-            results = measure(runs, folder)
-            sections += [
-                "## Fresh process to the first `logp_dlogp` value",
-                "",
-                "`rewrite` and `link` from PyTensor's compile profile; "
-                '`mode="JAX"` compiles the model frozen with '
-                "`freeze_dims_and_data`, as numpyro and nutpie's JAX backend do.",
-                "",
-                phase_table(results),
-                "",
-            ]
-            ours = results[label("sir", None)]
-            pure = results[label("sir_pytensor", None)]
-            wrap = results[label("sir_wrap_jax", None)]
-            sections.append(
-                "SIR, second process: ours / pure PyTensor = "
-                f"{format_ratio(ours[1]['total'] / pure[1]['total'])}; ours / "
-                "wrap_jax (first process) = "
-                f"{format_ratio(ours[0]['total'] / wrap[0]['total'])}."
-            )
-        if "scaling" in wanted:
-            sections += [
-                "",
-                "## Compile time against the number of wrapped calls",
-                "",
-                "A chain of N calls, a PyTensor node between each, value and "
-                "gradient; fresh process, cold caches, no persistent XLA cache; "
-                "seconds from the graph's build to the first value:",
-                "",
-                scaling_table(folder),
-            ]
-        if "first_value" in wanted:
-            breakdown = run_child(
-                fill(BREAKDOWN, model="sir"),
-                folder / "cache-breakdown",
-                folder / "b.py",
-            )
-            sections += [
-                "",
-                "## Where a first process's build and compile go",
-                "",
-                "SIR, as_jax_op; "
-                "cumulative seconds under cProfile, which slows Python down, so read "
-                "them as shares):",
-                "",
-                markdown_table(
-                    ["phase", "seconds"],
-                    [(label, f"{seconds:.2f}") for label, seconds in breakdown.items()],
-                ),
-            ]
-        if "first_value" in wanted and not args.no_sampling:
-            compiledir = folder / "cache-sample"
-            script = folder / "sample.py"
-            runs = [run_child(fill(SAMPLE), compiledir, script) for _ in range(2)]
-            sections += [
-                "",
-                'Wall time of `pm.sample(nuts_sampler="pymc", chains=2, cores=2, '
-                'mp_ctx="forkserver")`, 50 tuning + 50 draws, SIR model (whole '
-                f"script): first run {runs[0]['total']:.1f} s, second run "
-                f"{runs[1]['total']:.1f} s.",
-            ]
-    text = "\n".join(sections) + "\n"
-    print(text)
     name = f"cold_start_{args.only}" if args.only else "cold_start"
-    output = args.output or HERE / "results" / f"{name}.md"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
-    print(f"written to {output}")
+    if not args.report:
+        wanted = {args.only} if args.only else set(SECTIONS)
+        if args.no_nutpie:
+            wanted.discard("nutpie")
+        command = " ".join(["python benchmarks/cold_start.py", *(argv or sys.argv[1:])])
+        _report.save(name, measure(args, wanted, command))
+    _report.write(name, report(_report.load(name)), args.output)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,11 @@
 """The default route over seeds: does ``pm.sample()`` converge on a ported Stan ODE model?
 
-For each model and each setting, ``pm.sample()`` (nutpie, PyMC's default;
-4 chains of 1000 + 1000, ``cores=2``) with seeds 0..N-1 in one process (the
-model compiled once per setting, PyTensor's and XLA's caches warm), and per
-fit: the worst R-hat and smallest bulk ESS over the parameters, whether a
-chain is stuck (its own R-hat against the others above 1.1, or fewer than 5
-distinct draws), divergences, gradients per draw and the sampling time.
-
-Models: ``lv`` (``examples/stan_ode.py`` as written: ``pm.sample(initvals=
-PRIOR_LOCATIONS)``), ``pk`` (``benchmarks/_pk_model.py``, ``diffrax.Kvaerno5()``,
-forward mode). Settings: ``diag`` (nutpie's own default adaptation, from the
-draws and the gradients: ``nuts={"adaptation": "diag"}``) and ``draw_diag``
-(the mass matrix from the draws' variances, as Stan adapts it: what
-``pm.sample()`` gives a model holding wrapped functions).
+For each model (``lv``: ``examples/stan_ode.py`` as written; ``pk``:
+``benchmarks/_pk_model.py``, ``diffrax.Kvaerno5()``, forward mode) and
+setting (``diag``: nutpie's own adaptation; ``draw_diag``: what
+``pm.sample()`` gives a model holding wrapped functions), ``pm.sample()``
+with seeds 0..N-1 in one process, warm caches; per fit, the worst R-hat,
+smallest bulk ESS, stuck chains, divergences, gradients per draw, seconds.
 
 Run::
 
@@ -37,8 +30,10 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "examples"), str(HERE)]
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # as the examples
 
+import _report  # noqa: E402
 import numpy as np  # noqa: E402
-from _timing import machine_header, markdown_table, median  # noqa: E402
+from _report import fill, package_versions  # noqa: E402
+from _timing import median  # noqa: E402
 
 import conftest  # noqa: E402, F401  (the checkout's modules)
 
@@ -46,10 +41,7 @@ import conftest  # noqa: E402, F401  (the checkout's modules)
 #: pm.sample()'s extra arguments per setting: ``draw_diag`` is ``pm.sample()``
 #: as it is (this package's default for models holding wrapped functions),
 #: ``diag`` nutpie's own default, named.
-SETTINGS = {
-    "diag": {"nuts": {"adaptation": "diag"}},
-    "draw_diag": {},
-}
+SETTINGS = {"diag": {"nuts": {"adaptation": "diag"}}, "draw_diag": {}}
 
 
 def model_and_kwargs(name: str):
@@ -132,56 +124,23 @@ def run(name: str, setting: str, seeds: range, chains: int, length: int) -> list
     return fits
 
 
-def report(fits: list[dict], command: str) -> str:
-    import jax
-    import pymc
-
+def report(data: dict) -> str:
     rows = []
+    fits = data["fits"]
     for name in dict.fromkeys(f["model"] for f in fits):
         for setting in SETTINGS:
             group = [f for f in fits if f["model"] == name and f["setting"] == setting]
             if not group:
                 continue
             converged = sum(f["rhat"] <= 1.01 and f["stuck"] == 0 for f in group)
-            rows.append(
-                [
-                    name,
-                    setting,
-                    f"{converged} of {len(group)}",
-                    f"{max(f['rhat'] for f in group):.3f}",
-                    f"{median([f['ess'] for f in group]):.0f}",
-                    f"{median([f['gradients_per_draw'] for f in group]):.1f}",
-                    f"{median([f['seconds'] for f in group]):.1f}",
-                    f"{median([f['ess'] / f['seconds'] for f in group]):.0f}",
-                    sum(f["divergences"] for f in group),
-                ]
-            )
-    return "\n".join(
-        [
-            "# The default route over seeds: `pm.sample()` on ported Stan ODE models\n",
-            f"Command: `{command}`\n",
-            machine_header({"JAX": jax.__version__, "PyMC": pymc.__version__}) + "\n",
-            "4 chains of 1000 + 1000, `cores=2`, one fit per seed; converged: worst "
-            "R-hat at most 1.01 and no stuck chain. Seconds: `pm.sample()` in a "
-            "process that compiled the model before (caches warm).\n",
-            markdown_table(
-                [
-                    "model",
-                    "setting",
-                    "converged",
-                    "worst R-hat",
-                    "median min bulk ESS",
-                    "gradients per draw",
-                    "seconds per fit",
-                    "ESS/s",
-                    "divergences (all fits)",
-                ],
-                rows,
-                numeric_from=2,
-            )
-            + "\n",
-        ]
-    )
+            rows.append([name, setting, f"{converged} of {len(group)}"])
+            rows[-1].append(f"{max(f['rhat'] for f in group):.3f}")
+            rows[-1].append(f"{median([f['ess'] for f in group]):.0f}")
+            rows[-1].append(f"{median([f['gradients_per_draw'] for f in group]):.1f}")
+            rows[-1].append(f"{median([f['seconds'] for f in group]):.1f}")
+            rows[-1].append(f"{median([f['ess'] / f['seconds'] for f in group]):.0f}")
+            rows[-1].append(sum(f["divergences"] for f in group))
+    return fill(_report.texts("default_route")["report"], rows, **data["meta"]) + "\n"
 
 
 def main() -> None:
@@ -192,31 +151,25 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--length", type=int, default=1000)
-    parser.add_argument(
-        "--output", type=Path, default=HERE / "results" / "default_route.md"
-    )
+    parser.add_argument("--output", type=Path, default=None, help="the markdown file")
+    parser.add_argument("--report", action="store_true", help="only the table")
     args = parser.parse_args()
-
-    stored_path = args.output.with_suffix(".json")
-    stored = json.loads(stored_path.read_text()) if stored_path.exists() else []
+    data = _report.load("default_route", {"fits": []})
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    fits = [
-        f
-        for f in stored
-        if not (
-            f["model"] in args.models
-            and f["setting"] in args.settings
-            and f["seed"] in seeds
-        )
-    ]
-    for name in args.models:
+    for name in [] if args.report else args.models:
         for setting in args.settings:
-            fits += run(name, setting, seeds, args.chains, args.length)
-            stored_path.write_text(json.dumps(fits, indent=1))
-    command = "python benchmarks/default_route.py " + " ".join(sys.argv[1:])
-    text = report(fits, command.strip())
-    print(text)
-    args.output.write_text(text)
+            data["fits"] = [
+                f
+                for f in data["fits"]
+                if (f["model"], f["setting"]) != (name, setting)
+                or f["seed"] not in seeds
+            ]
+            data["fits"] += run(name, setting, seeds, args.chains, args.length)
+            command = "python benchmarks/default_route.py " + " ".join(sys.argv[1:])
+            versions = {"JAX": "jax", "PyMC": "pymc"}
+            data["meta"] = _report.meta(command.strip(), package_versions(versions))
+            _report.save("default_route", data)
+    _report.write("default_route", report(data), args.output)
 
 
 if __name__ == "__main__":

@@ -1,30 +1,22 @@
 """Forward against reverse mode on a stiff PK model (:mod:`_pk_model`), and against Stan.
 
-* **Table 1, value+grad per call** (medians of interleaved batches): the model's
-  log-density and gradient compiled by PyTensor (default Numba linker, as
-  ``pytensor.function(value_vars, [logp, *grad])``) with the solve wrapped by
-  ``as_jax_op`` in reverse mode (diffrax's default adjoint) and in forward
-  mode (``adjoint=diffrax.ForwardMode()``, ``gradient="auto"`` choosing
-  forward), against the best pure-JAX programs: ``jax.jit(jax.value_and_grad)``
-  (reverse) and ``jax.linearize`` + ``jax.vmap`` of the JVP over the 5 input
-  directions (forward). Every gradient is first checked against the pure-JAX one.
-* **Table 1b, ``gradient="auto"``'s rule**: a stiff solve with ``n`` parameters
-  (the PK model whose rates are scaled by ``n - 4`` more parameters), value+grad
-  in pure JAX by forward and reverse mode, for several ``n``: where forward
-  mode stops winning.
-* **Table 2, the whole fit** (4 chains x (draws + tune), ``pm.sample()`` with
-  nutpie; Stan's ``ode_bdf_tol`` at the same tolerances through PyStan 3): each
-  route runs twice in fresh processes sharing fresh caches; the second process
-  (cached Numba, XLA programs and traces; Stan's cached build) is reported,
-  from its first line to the posterior in memory.
+* **value+grad per call**: the model's log-density and gradient compiled by
+  PyTensor (default linker) with the solve wrapped by ``as_jax_op`` in reverse
+  mode and in forward mode (``adjoint=diffrax.ForwardMode()``), against the
+  best pure-JAX programs (``jax.value_and_grad``; ``jax.linearize`` and a
+  ``vmap`` of the JVP), every gradient checked against pure JAX's;
+* **by the number of parameters n**: pure JAX forward against reverse mode;
+* **the whole fit** (``pm.sample()`` with nutpie; Stan's ``ode_bdf_tol``
+  through PyStan 3): each route in a first and a second fresh process sharing
+  fresh caches, the second reported, from its first line to the posterior.
 
 Run (with the machine to itself)::
 
     .venv/bin/python benchmarks/forward_mode.py                 # ~10 minutes
     .venv/bin/python benchmarks/forward_mode.py --draws 500     # shorter fits
 
-Writes ``benchmarks/results/forward_mode.md``. Inside the checkout, the
-checkout's modules are used. ``--child ROUTE`` is one fit (internal).
+Writes ``benchmarks/results/forward_mode.json`` and ``.md``. ``--child ROUTE``
+is one fit (internal).
 """
 
 from __future__ import annotations
@@ -42,6 +34,11 @@ START = time.perf_counter()
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
+
+import _report  # noqa: E402
+from _report import fill, package_versions  # noqa: E402
+
+
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # exportable programs, as the examples
 
 ROUTES = {
@@ -123,7 +120,7 @@ def fit_twice(route: str, args: argparse.Namespace) -> dict:
 
 
 # ---------------------------------------------------------- per call
-def per_call(args: argparse.Namespace) -> tuple[list, list]:
+def per_call(args: argparse.Namespace) -> dict:
     import _pk_model as pk
     import jax
     import jax.numpy as jnp
@@ -168,13 +165,20 @@ def per_call(args: argparse.Namespace) -> tuple[list, list]:
         np.testing.assert_allclose(got, expected, rtol=1e-6)
         calls[f"{ROUTES[route]}, as_jax_op"] = Call(f, tuple(values))
     stats = interleaved_medians(calls, repeats=args.repeats, batch_seconds=0.3)
-    best = min(stats[k].median for k in calls if k.startswith("pure JAX"))
-    rows = [
-        [name, f"{s.median * 1e3:.2f}", f"{s.spread:.0%}", f"{s.median / best:.2f}"]
-        for name, s in stats.items()
-    ]
+    return {
+        "calls": {name: [s.median, s.spread] for name, s in stats.items()},
+        "sweep": sweep(args),
+    }
 
-    # Table 1b: where forward mode stops winning, by the number of inputs.
+
+def sweep(args: argparse.Namespace) -> list[list[float]]:
+    """Where forward mode stops winning, by the number of inputs ``n``: n, and
+    seconds per call of reverse and forward mode in pure JAX."""
+    import _pk_model as pk
+    import jax
+    import jax.numpy as jnp
+    from _timing import Call, interleaved_medians
+
     def scaled_logp(solver):
         def logp(log_theta, extra):
             scale = jnp.prod(1 + 0.01 * jnp.tanh(extra))
@@ -201,16 +205,45 @@ def per_call(args: argparse.Namespace) -> tuple[list, list]:
             repeats=max(3, args.repeats // 2),
             batch_seconds=0.2,
         )
-        sweep.append(
-            [
-                n,
-                f"{s['r'].median * 1e3:.2f}",
-                f"{s['f'].median * 1e3:.2f}",
-                f"{s['f'].median / s['r'].median:.2f}",
-            ]
-        )
+        sweep.append([n, s["r"].median, s["f"].median])
         print(sweep[-1], flush=True)
-    return rows, sweep
+    return sweep
+
+
+def report(data: dict) -> str:
+    text = _report.texts("forward_mode")
+    sections = [fill(text["intro"], **data["meta"])]
+    if "per_call" in data:
+        calls = data["per_call"]["calls"]
+        best = min(m for k, (m, _) in calls.items() if k.startswith("pure JAX"))
+        rows = [
+            [name, f"{m * 1e3:.2f}", f"{spread:.0%}", f"{m / best:.2f}"]
+            for name, (m, spread) in calls.items()
+        ]
+        sections.append(fill(text["per_call"], rows))
+        rows = [
+            [n, f"{r * 1e3:.2f}", f"{f * 1e3:.2f}", f"{f / r:.2f}"]
+            for n, r, f in data["per_call"]["sweep"]
+        ]
+        sections.append(fill(text["sweep"], rows))
+    if data.get("fits"):
+        sections.append(fill(text["fits"], fit_rows(data["fits"]), **data["meta"]))
+    return "\n\n".join(sections) + "\n"
+
+
+def fit_rows(fits: dict[str, dict]) -> list[list]:
+    reference = fits.get("stan", {}).get("second", {}).get("process")
+    rows = []
+    for route, result in fits.items():
+        first, second = result["first"], result["second"]
+        rows.append([ROUTES[route], f"{first['process']:.1f}"])
+        rows[-1] += [f"{second['process']:.1f}", f"{second['sampling']:.1f}"]
+        rows[-1].append(f"{second['process'] / reference:.2f}" if reference else "")
+        rows[-1] += [
+            second["divergences"],
+            " ".join(f"{m:.2f}" for m in second["means"]),
+        ]
+    return rows
 
 
 def main() -> None:
@@ -222,72 +255,28 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[4, 8, 16, 32, 64])
     parser.add_argument("--routes", nargs="*", default=list(ROUTES))
     parser.add_argument("--no-per-call", action="store_true")
-    parser.add_argument(
-        "--output", type=Path, default=HERE / "results" / "forward_mode.md"
-    )
+    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--report", action="store_true", help="only the tables")
     args = parser.parse_args()
     if args.child:
         child(args.child, args.draws, args.tune, args.chains, seed=1)
         return
+    if not args.report:
+        _report.save("forward_mode", measure(args))
+    _report.write("forward_mode", report(_report.load("forward_mode")), args.output)
 
-    from _timing import machine_header, markdown_table, package_versions
 
+def measure(args: argparse.Namespace) -> dict:
     command = "python benchmarks/forward_mode.py " + " ".join(sys.argv[1:])
     versions = package_versions(
         {"JAX": "jax", "diffrax": "diffrax", "PyTensor": "pytensor", "PyMC": "pymc"}
     )
-    sections = [
-        "# Forward against reverse mode: a stiff PK model\n",
-        f"Command: `{command.strip()}`\n",
-        machine_header(versions) + "\n",
-    ]
+    meta = _report.meta(command.strip(), versions)
+    data = {"meta": meta | {k: getattr(args, k) for k in FIT_SIZE}}
     if not args.no_per_call:
-        rows, sweep = per_call(args)
-        sections += [
-            "## Value+grad per call (ms; ratio to the best pure-JAX program)\n",
-            markdown_table(["", "median ms", "spread", "ratio"], rows) + "\n",
-            "## Pure JAX value+grad by the number of parameters n (ms)\n",
-            markdown_table(["n", "reverse", "forward", "forward / reverse"], sweep)
-            + "\n",
-        ]
-    fits = {route: fit_twice(route, args) for route in args.routes}
-    if fits:
-        reference = fits.get("stan", {}).get("second", {}).get("process")
-        rows = []
-        for route, result in fits.items():
-            first, second = result["first"], result["second"]
-            rows.append(
-                [
-                    ROUTES[route],
-                    f"{first['process']:.1f}",
-                    f"{second['process']:.1f}",
-                    f"{second['sampling']:.1f}",
-                    f"{second['process'] / reference:.2f}" if reference else "",
-                    second["divergences"],
-                    " ".join(f"{m:.2f}" for m in second["means"]),
-                ]
-            )
-        sections += [
-            f"## Whole fit, {args.chains} chains x ({args.draws} + {args.tune}) (s)\n",
-            "Process: from start to exit, the second process with the first's "
-            "caches. Means: posterior means of log(ka, V, Vmax, Km).\n",
-            markdown_table(
-                [
-                    "route",
-                    "first process",
-                    "second process",
-                    "sampling",
-                    "vs Stan",
-                    "divergences",
-                    "means",
-                ],
-                rows,
-            )
-            + "\n",
-        ]
-    text = "\n".join(sections)
-    print(text)
-    args.output.write_text(text)
+        data["per_call"] = per_call(args)
+    data["fits"] = {route: fit_twice(route, args) for route in args.routes}
+    return data
 
 
 if __name__ == "__main__":

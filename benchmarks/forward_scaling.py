@@ -28,6 +28,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
+import _report  # noqa: E402
+from _report import fill  # noqa: E402
+
+
 LENGTHS = (10, 1000, 10000)
 THETA = (0.5, 1.5, -0.2)
 
@@ -77,53 +81,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", type=int, nargs="*", default=list(LENGTHS))
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument(
-        "--output", type=Path, default=HERE / "results" / "forward_scaling.md"
-    )
+    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--report", action="store_true", help="only the table")
     args = parser.parse_args()
 
-    import jax
-    from _timing import interleaved_medians, machine_header, markdown_table
+    if not args.report:
+        import jax
+        from _timing import interleaved_medians
 
-    import pytensor
+        import pytensor
 
-    rows = []
-    for length in args.lengths:
-        stats = interleaved_medians(
-            timed_calls(length), repeats=args.repeats, batch_seconds=0.1
-        )
-        rows.append(
-            [
-                length,
-                *(f"{stats[k].median * 1e3:.3f}" for k in ("forward", "reverse")),
-                f"{stats['direct JAX'].median * 1e3:.3f}",
-                f"{stats['forward'].median / stats['reverse'].median:.2f}",
-            ]
-        )
-        print(rows[-1], flush=True)
-    command = "python benchmarks/forward_scaling.py " + " ".join(sys.argv[1:])
-    text = "\n".join(
-        [
-            "# Forward-mode cost against the length of a data input (3 parameters)\n",
-            f"Command: `{command.strip()}`\n",
-            machine_header({"JAX": jax.__version__, "PyTensor": pytensor.__version__})
-            + "\n",
-            "Value and gradient per call, ms (medians of interleaved rounds):\n",
-            markdown_table(
-                [
-                    "data length",
-                    "forward",
-                    "reverse",
-                    "direct JAX",
-                    "forward / reverse",
-                ],
-                rows,
+        rows = []
+        for length in args.lengths:
+            stats = interleaved_medians(
+                timed_calls(length), repeats=args.repeats, batch_seconds=0.1
             )
-            + "\n",
-        ]
+            keys = ("forward", "reverse", "direct JAX")
+            rows.append([length, *(stats[k].median for k in keys)])
+            print(rows[-1], flush=True)
+        command = "python benchmarks/forward_scaling.py " + " ".join(sys.argv[1:])
+        versions = {"JAX": jax.__version__, "PyTensor": pytensor.__version__}
+        data = {"meta": _report.meta(command.strip(), versions), "rows": rows}
+        _report.save("forward_scaling", data)
+    data = _report.load("forward_scaling")
+    rows = [
+        [n, *(f"{s * 1e3:.3f}" for s in (f, r, d)), f"{f / r:.2f}"]
+        for n, f, r, d in data["rows"]
+    ]
+    text = _report.texts("forward_scaling")["report"]
+    _report.write(
+        "forward_scaling", fill(text, rows, **data["meta"]) + "\n", args.output
     )
-    print(text)
-    args.output.write_text(text)
 
 
 if __name__ == "__main__":

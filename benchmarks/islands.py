@@ -1,40 +1,14 @@
 """JAX islands: a PyMC ``logp_dlogp`` in the default linker against ``mode="JAX"``.
 
-A PyMC model whose ODE is a wrapped JAX function computes its likelihood in
-PyTensor. Without islands, the default (Numba) linker runs the forward op, the
-likelihood and its gradient in Numba, and the pullback as two XLA programs
-glued through the host; the ``jax_islands`` rewrite makes all of it one XLA
-program. Measured side by side in one run, for four models:
-
-* ``sir``: the issue's model: 8 knots of a cubic-interpolated transmission
-  rate (a symbolic callable) inside a diffrax SIR solve (Tsit5 + PID, 50 daily
-  saves), negative-binomial daily cases;
-* ``boarding_school``: Stan's SIR case study (``examples/boarding_school_sir.py``:
-  diffrax ``Dopri5``, two rates, 14 daily counts);
-* ``sir_nested``: the same epidemic as a modeller nests it (issue #50): the
-  log-knots a PyTensor ``cumsum`` of PyMC increments, the interpolator a
-  closure built by one wrapped function and called in a second one's diffrax
-  solve, equinox's default checks on (``throw=True``, ``EQX_ON_ERROR`` unset);
-* ``seir``: the main job's model (``examples/seir_time_varying.py``).
-
-Per call of ``model.logp_dlogp_function()`` at the initial point (medians of
-interleaved batches): default linker with islands, without islands, the C VM
-with islands, ``mode="JAX"`` (the whole model as one XLA program, its dims
-frozen as numpyro and nutpie's JAX backend compile it: the target) and
-``pytensor.wrap_jax`` (one wrapped function for interpolation and solve, as a
-``wrap_jax`` user writes it) in the default linker, all of one raveled point
-(``ravel_inputs=True``, as PyMC's samplers and nutpie compile it); and the
-default linker and ``mode="JAX"`` of one array per value variable (rows
-"unraveled": ``model.logp_dlogp_function()``'s default; their ratio is to
-``mode="JAX"`` unraveled). Every candidate is first checked to give the same
-value and gradient, and its outputs are read as NumPy arrays, as a sampler
-reads them.
-
-Also: the compile time (``pytensor.function`` and the first call, which traces
-and compiles XLA; the persistent XLA cache is off here) with and without
-islands; and nutpie (PyMC's default sampler, Numba backend) with and without
-islands, and with its JAX backend: wall time of a fixed run and time per
-gradient evaluation.
+Without islands, the default (Numba) linker runs a model's forward op, its
+likelihood and gradient in Numba and the pullback as XLA programs glued
+through the host; the ``jax_islands`` rewrite makes all of it one XLA program.
+Measured side by side, for the models of :mod:`_models` (``sir``,
+``sir_nested``, ``boarding_school``, ``seir``): the per-call cost of
+``logp_dlogp`` in each linker (every candidate first checked to give the same
+value and gradient), its compile time, and nutpie with and without islands;
+also the fixed cost of a graph that is one island. What each row is: the
+report's introduction, ``texts/islands.md``.
 
 Run::
 
@@ -42,14 +16,15 @@ Run::
     .venv/bin/python benchmarks/islands.py --quick    # ~4 minutes
     .venv/bin/python benchmarks/islands.py --quick --models sir_nested --no-nutpie
 
-Results are printed and written to ``benchmarks/results/islands.md``
-(``islands_quick.md`` with ``--quick``).
+Writes ``benchmarks/results/islands.json`` and ``.md`` (``islands_quick.*``
+with ``--quick``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import time
@@ -72,17 +47,11 @@ if (ROOT / "conftest.py").exists():  # inside the checkout: use its modules
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _models  # noqa: E402
+import _report  # noqa: E402
 import nutpie  # noqa: E402
 import pymc as pm  # noqa: E402
-from _timing import (  # noqa: E402
-    Call,
-    format_ratio,
-    format_seconds,
-    interleaved_medians,
-    machine_header,
-    markdown_table,
-    package_versions,
-)
+from _report import fill, format_ratio, format_seconds, package_versions  # noqa: E402
+from _timing import Call, interleaved_medians  # noqa: E402
 from pymc.model.transform.optimization import freeze_dims_and_data  # noqa: E402
 
 import pytensor  # noqa: E402
@@ -197,7 +166,8 @@ def by_name(
     return {v.name: part for v, part in zip(model.value_vars, parts)}
 
 
-def per_call(name: str, models: dict[str, pm.Model], args) -> tuple[str, dict]:
+def per_call(models: dict[str, pm.Model], args) -> dict:
+    """Per call of every candidate (checked first), and what it compiled, as data."""
     ours, theirs = models["ours"], models["wrap_jax"]
     point = ours.initial_point()
     # dims as constants, as pm.sample(nuts_sampler="numpyro") and nutpie's
@@ -230,53 +200,42 @@ def per_call(name: str, models: dict[str, pm.Model], args) -> tuple[str, dict]:
             np.testing.assert_allclose(
                 gradient[var], want, rtol=1e-6, err_msg=f"{label}: {var}"
             )
-
     stats = interleaved_medians(
         {label: Call(c.function, inputs[label]) for label, c in compiled.items()},
         repeats=args.repeats,
         batch_seconds=args.batch_seconds,
     )
-    wrap = stats["wrap_jax, default"].median
+    return {
+        "per_call": {
+            label: [compiled[label].n_islands, s.median, s.spread]
+            for label, s in stats.items()
+        },
+        "compile": {
+            label: [c.n_nodes, c.build_seconds, c.first_call_seconds]
+            for label, c in compiled.items()
+            if label in ("default, islands", "default, no islands", 'mode="JAX"')
+        },
+    }
+
+
+def per_call_rows(per_call: dict[str, list]) -> list[list]:
+    wrap = per_call["wrap_jax, default"][1]
 
     def target(label: str) -> float:  # mode="JAX" with the same inputs
         suffix = UNRAVELED if label.endswith(UNRAVELED) else ""
-        return stats[f'mode="JAX"{suffix}'].median
+        return per_call[f'mode="JAX"{suffix}'][1]
 
-    rows = [
-        (
+    return [
+        [
             label,
-            compiled[label].n_islands,
-            format_seconds(s.median, "ms"),
-            f"{100 * s.spread:.0f}%",
-            format_ratio(s.median / target(label)),
-            format_ratio(s.median / wrap),
-        )
-        for label, s in stats.items()
+            islands,
+            format_seconds(median, "ms"),
+            f"{100 * spread:.0f}%",
+            format_ratio(median / target(label)),
+            format_ratio(median / wrap),
+        ]
+        for label, (islands, median, spread) in per_call.items()
     ]
-    table = markdown_table(
-        ["linker", "islands", "ms per call", "spread", 'x mode="JAX"', "x wrap_jax"],
-        rows,
-        numeric_from=1,
-    )
-    compile_rows = [
-        (
-            label,
-            compiled[label].n_nodes,
-            format_seconds(compiled[label].build_seconds, "s"),
-            format_seconds(compiled[label].first_call_seconds, "s"),
-        )
-        for label in ("default, islands", "default, no islands", 'mode="JAX"')
-    ]
-    compile_table = markdown_table(
-        ["linker", "nodes", "pytensor.function (s)", "first call (s)"],
-        compile_rows,
-    )
-    text = (
-        f"### {name}: `logp_dlogp` per call\n\n{table}\n\n"
-        f"Compile time (the first call traces and compiles the XLA programs):\n\n"
-        f"{compile_table}\n"
-    )
-    return text, {label: s.median for label, s in stats.items()}
 
 
 def nutpie_run(model: pm.Model, args, **compile_kwargs) -> tuple[float, float, int]:
@@ -306,30 +265,27 @@ def nutpie_run(model: pm.Model, args, **compile_kwargs) -> tuple[float, float, i
     return seconds, seconds / n_gradients, divergences
 
 
-def nutpie_sampling_table(model: pm.Model, args) -> str:
+def nutpie_sampling(model: pm.Model, args) -> dict[str, tuple]:
     """nutpie's Numba backend with and without islands, and its JAX backend."""
     runs = {"Numba backend, islands": nutpie_run(model, args)}
     with numba_mode_without_islands():
         runs["Numba backend, no islands"] = nutpie_run(model, args)
     runs["JAX backend"] = nutpie_run(model, args, backend="jax", gradient_backend="jax")
+    return runs
+
+
+def nutpie_rows(runs: dict[str, list]) -> list[list]:
     target = runs["JAX backend"][1]
-    rows = [
-        (
+    return [
+        [
             label,
             format_seconds(seconds, "s"),
             format_seconds(per_gradient, "ms"),
             format_ratio(per_gradient / target),
             divergences,
-        )
+        ]
         for label, (seconds, per_gradient, divergences) in runs.items()
     ]
-    table = markdown_table(
-        ["nutpie", "wall (s)", "ms per gradient", "x JAX backend", "divergences"], rows
-    )
-    return (
-        f"nutpie, one chain, {args.tune} tuning + {args.draws} draws "
-        f"(sampling only; compile excluded):\n\n{table}\n"
-    )
 
 
 # -------------------------------------------------------------- fixed cost
@@ -345,7 +301,7 @@ def chain_graph(n_calls: int):
     return x0, [cost, pt.grad(cost, x0)]
 
 
-def fixed_cost_table(args) -> str:
+def fixed_cost(args) -> dict[str, list[float]]:
     """A graph that is one island: the cost around XLA, against ``mode="JAX"``."""
     x0, outputs = chain_graph(32)
     xv = aligned(np.linspace(-1.0, 1.0, 8))
@@ -363,25 +319,21 @@ def fixed_cost_table(args) -> str:
         repeats=args.repeats,
         batch_seconds=args.batch_seconds,
     )
-    target = stats['mode="JAX"']
-    rows = [
-        (
+    return {label: [s.median, s.best] for label, s in stats.items()}
+
+
+def fixed_cost_rows(stats: dict[str, list[float]]) -> list[list]:
+    target = stats['mode="JAX"'][0]
+    return [
+        [
             label,
-            format_seconds(s.median, "us"),
-            format_seconds(s.best, "us"),
-            format_ratio(s.median / target.median),
-            format_seconds(s.median - target.median, "us"),
-        )
-        for label, s in stats.items()
+            format_seconds(median, "us"),
+            format_seconds(best, "us"),
+            format_ratio(median / target),
+            format_seconds(median - target, "us"),
+        ]
+        for label, (median, best) in stats.items()
     ]
-    table = markdown_table(
-        ["linker", "us per call", "best batch", 'x mode="JAX"', "over JAX"], rows
-    )
-    return (
-        "### Fixed cost: a graph that is one island\n\n32 chained wrapped calls "
-        "(`tanh`, a PyTensor `add` between each) on an 8-vector, value and "
-        f"gradient; outputs read as NumPy in both:\n\n{table}\n"
-    )
 
 
 # ------------------------------------------------------------------- main
@@ -396,47 +348,65 @@ def parse_args(argv=None):
         "--no-nutpie", action="store_true", help="per call only: no nutpie runs"
     )
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--report", action="store_true", help="only the tables")
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     args.models = args.models or MODEL_NAMES
     args.repeats = 9 if args.quick else 21
     args.batch_seconds = 0.1 if args.quick else 0.25
     args.draws = 100 if args.quick else 300
     args.tune = 100 if args.quick else 300
-    name = "islands_quick.md" if args.quick else "islands.md"
-    args.output = args.output or ROOT / "benchmarks" / "results" / name
     return args
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    warnings.filterwarnings("ignore", category=UserWarning)
+def measure(args) -> dict:
     versions = package_versions(
         {"PyTensor": "pytensor", "JAX": "jax", "PyMC": "pymc", "nutpie": "nutpie"}
     )
-    sections = [
-        "# JAX islands: `logp_dlogp` per call and nutpie",
-        "",
-        f"`python benchmarks/islands.py{' '.join(['', *(argv or sys.argv[1:])])}`; "
-        f"medians of {args.repeats} interleaved batches of about "
-        f"{args.batch_seconds} s; spread = interquartile range / median.",
-        "",
-        machine_header(versions),
-        "",
-    ]
-    sections += [fixed_cost_table(args), ""]
-    print(sections[-2], flush=True)
+    command = " ".join(["python benchmarks/islands.py", *args.argv])
+    data: dict = {"meta": _report.meta(command, versions)}
+    data["meta"] |= {"repeats": args.repeats, "batch_seconds": args.batch_seconds}
+    data["meta"] |= {"tune": args.tune, "draws": args.draws}
+    data["fixed_cost"] = fixed_cost(args)
+    data["models"] = {}
     for name in args.models:
         models = {
             "ours": _models.MODELS[name](),
             "wrap_jax": _models.MODELS[f"{name}_wrap_jax"](),
         }
-        text, _ = per_call(name, models, args)
-        sampling = "" if args.no_nutpie else nutpie_sampling_table(models["ours"], args)
-        sections += [text, sampling, ""]
-        print("\n".join(sections[-3:]), flush=True)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(sections))
-    print(f"written to {args.output}")
+        data["models"][name] = per_call(models, args)
+        if not args.no_nutpie:
+            data["models"][name]["nutpie"] = nutpie_sampling(models["ours"], args)
+        print(json.dumps({name: data["models"][name]}), flush=True)
+    return data
+
+
+def report(data: dict) -> str:
+    text, meta = _report.texts("islands"), data["meta"]
+    sections = [fill(text["intro"], **meta)]
+    sections.append(fill(text["fixed_cost"], fixed_cost_rows(data["fixed_cost"])))
+    for name, results in data["models"].items():
+        sections.append(
+            fill(text["per_call"], per_call_rows(results["per_call"]), name=name)
+        )
+        rows = [
+            [label, nodes, format_seconds(build, "s"), format_seconds(first, "s")]
+            for label, (nodes, build, first) in results["compile"].items()
+        ]
+        sections.append(fill(text["compile"], rows))
+        if "nutpie" in results:
+            rows = nutpie_rows(results["nutpie"])
+            sections.append(fill(text["nutpie"], rows, **meta))
+    return "\n\n".join(sections) + "\n"
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    name = "islands_quick" if args.quick else "islands"
+    if not args.report:
+        _report.save(name, measure(args))
+    _report.write(name, report(_report.load(name)), args.output)
 
 
 if __name__ == "__main__":

@@ -1,27 +1,19 @@
 """Many fits of one model on Dask: fits per minute with 1 and 2 workers, start-up, SBC.
 
-The model is Stan's boarding-school SIR case study
-(``examples/boarding_school_sir.py``), each fit ``pm.sample()`` (nutpie) on a
-dataset simulated from the prior, as ``examples/sbc_boarding_school.py``
-runs them: one single-threaded worker per core, each fit's chains one after
-the other on its worker. Measured, on a ``compiledir`` of the run's own:
-
-* a cold fit in this process (it traces and compiles; the caches are filled);
-* a single process's second run: a fresh process fitting one dataset, from
-  its start to its end, on the warm caches;
-* a worker's start-up: a new ``LocalCluster`` of one worker, from its start
-  to the end of the worker's first fit, on the same caches;
-* fits per minute with 1 and with 2 workers (workers started, each has fitted
-  once), and the speed-up;
-* the whole SBC of the example at its quick size (``--quick``), from the
-  command line to its end.
+The model is Stan's boarding-school SIR case study, each fit ``pm.sample()``
+(nutpie) on a dataset simulated from the prior, as
+``examples/sbc_boarding_school.py`` runs them: one single-threaded worker per
+core, on a ``compiledir`` of the run's own. Measured: a cold fit in this
+process (it fills the caches); a fresh process's second run; a worker's
+start-up to the end of its first fit; fits per minute with 1 and 2 warm
+workers; the whole SBC of the example at its quick size.
 
 Run (under the machine's exclusive lock: the timings need the cores)::
 
     .venv/bin/python benchmarks/many_fits.py            # ~6 minutes
     .venv/bin/python benchmarks/many_fits.py --fits 6   # more fits per measure
 
-Results are printed and written to ``benchmarks/results/many_fits.md``.
+Writes ``benchmarks/results/many_fits.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -61,7 +53,9 @@ _rc.write_text(
 )
 os.environ["PYTENSORRC"] = str(_rc)
 
-from _timing import machine_header, markdown_table, package_versions  # noqa: E402
+import _report  # noqa: E402
+import numpy as np  # noqa: E402
+from _report import fill, package_versions  # noqa: E402
 from dask.distributed import Client, LocalCluster  # noqa: E402
 from sbc_boarding_school import fit_dataset, run_fits, simulate  # noqa: E402
 
@@ -99,82 +93,68 @@ def cluster_of(workers: int) -> tuple[LocalCluster, Client]:
     return cluster, client
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fits", type=int, default=4, help="fits per throughput run")
-    parser.add_argument("--draws", type=int, default=100)
-    parser.add_argument("--tune", type=int, default=100)
-    parser.add_argument("--chains", type=int, default=2)
-    parser.add_argument(
-        "--output", type=Path, default=ROOT / "benchmarks/results/many_fits.md"
-    )
-    args = parser.parse_args()
-    command = "python benchmarks/many_fits.py" + "".join(f" {a}" for a in sys.argv[1:])
+def single_process(task: dict) -> tuple[float, dict]:
+    """A fresh process fitting one dataset on the warm caches: its seconds, its result."""
+    with tempfile.TemporaryDirectory() as folder:
+        task_file = Path(folder) / "task.npy"
+        np.save(task_file, np.array(task, dtype=object), allow_pickle=True)
+        script = Path(folder) / "single.py"
+        script.write_text(
+            SINGLE_FIT.format(examples=str(EXAMPLES), task=str(task_file))
+        )
+        done = run_python([script], timeout=900)
+    return done.seconds, done.result
+
+
+def on_workers(workers: int, first: list[dict], batch: list[dict], data: dict) -> None:
+    """A new cluster: its start-up (to each worker's first fit), then fits per minute."""
+    start = time.perf_counter()
+    cluster, client = cluster_of(workers)
+    started = time.perf_counter() - start
+    try:
+        first_seconds, first_fits = timed_fits(client, first)
+        seconds, fits = timed_fits(client, batch)
+    finally:
+        client.close()
+        cluster.close()
+    failed = [f for f in fits + first_fits if f.error]
+    assert not failed, failed[0].error
+    if workers == 1:
+        data["rows"] += [
+            ("worker start-up: cluster of 1 worker ready", started),
+            ("worker start-up: ready + its first fit", started + first_seconds),
+            ("  of which its first fit (pm.sample)", first_fits[0].seconds),
+        ]
+        data["traces"].append(
+            f"worker's first fit: {first_fits[0].cache_misses} traces run"
+        )
+    data["per_minute"][str(workers)] = 60 * len(fits) / seconds
+    data["rows"].append((f"{len(fits)} fits on {workers} warm worker(s)", seconds))
+
+
+def measure(args: argparse.Namespace, command: str) -> dict:
     size = {"draws": args.draws, "tune": args.tune, "chains": args.chains}
+    versions = package_versions(["pytensor", "jax", "pymc", "nutpie", "distributed"])
+    data = {"meta": _report.meta(command, versions) | size}
+    data |= {"rows": [], "per_minute": {}, "traces": []}
     count = 5 + 2 * args.fits  # cold, second run, 1 + 2 first fits, 2 batches
     truths, cases = simulate(count, seed=2024)
     tasks = [
         dict(index=k, cases=cases[k], truth=truths[k], seed=k, **size)
         for k in range(count)
     ]
-    rows, notes = [], []
-
-    # A cold fit here: traces and compiles, fills the caches.
-    start = time.perf_counter()
+    start = time.perf_counter()  # a cold fit here: traces, compiles, fills the caches
     cold = fit_dataset(**tasks[0])
-    rows.append(
-        ("cold fit in this process (fills the caches)", time.perf_counter() - start)
-    )
-    notes.append(f"cold fit: {cold.cache_misses} traces run")
-
-    # A single process's second run: a fresh process, warm caches.
-    import numpy as np
-
-    with tempfile.TemporaryDirectory() as folder:
-        task_file = Path(folder) / "task.npy"
-        np.save(task_file, np.array(tasks[1], dtype=object), allow_pickle=True)
-        script = Path(folder) / "single.py"
-        script.write_text(
-            SINGLE_FIT.format(examples=str(EXAMPLES), task=str(task_file))
-        )
-        done = run_python([script], timeout=900)
-    rows.append(("single process, second run: start to end", done.seconds))
-    rows.append(("  of which its fit (pm.sample)", done.result["seconds"]))
-    notes.append(f"second run: {done.result['cache_misses']} traces run")
-
-    # A worker's start-up: a new cluster of one worker, to the end of its
-    # first fit; then fits per minute with that worker.
-    per_minute = {}
-    position = 2
-    for workers in (1, 2):
-        start = time.perf_counter()
-        cluster, client = cluster_of(workers)
-        started = time.perf_counter() - start
-        try:
-            # Each worker's first fit (start-up of its libraries and model).
-            first_tasks = tasks[position : position + workers]
-            position += workers
-            first_seconds, first = timed_fits(client, first_tasks)
-            if workers == 1:
-                rows.append(("worker start-up: cluster of 1 worker ready", started))
-                rows.append(
-                    ("worker start-up: ready + its first fit", started + first_seconds)
-                )
-                rows.append(("  of which its first fit (pm.sample)", first[0].seconds))
-                notes.append(f"worker's first fit: {first[0].cache_misses} traces run")
-            batch = tasks[position : position + args.fits]
-            position += args.fits
-            seconds, fits = timed_fits(client, batch)
-        finally:
-            client.close()
-            cluster.close()
-        failed = [f for f in fits + first if f.error]
-        assert not failed, failed[0].error
-        per_minute[workers] = 60 * len(fits) / seconds
-        rows.append((f"{len(fits)} fits on {workers} warm worker(s)", seconds))
-    speedup = per_minute[2] / per_minute[1]
-
-    # The whole SBC at the example's quick size.
+    seconds = time.perf_counter() - start
+    data["rows"].append(("cold fit in this process (fills the caches)", seconds))
+    data["traces"].append(f"cold fit: {cold.cache_misses} traces run")
+    seconds, result = single_process(tasks[1])
+    data["rows"].append(("single process, second run: start to end", seconds))
+    data["rows"].append(("  of which its fit (pm.sample)", result["seconds"]))
+    data["traces"].append(f"second run: {result['cache_misses']} traces run")
+    fits = args.fits
+    on_workers(1, tasks[2:3], tasks[3 : 3 + fits], data)
+    on_workers(2, tasks[3 + fits : 5 + fits], tasks[5 + fits :], data)
     sbc = [
         EXAMPLES / "sbc_boarding_school.py",
         "--quick",
@@ -182,47 +162,44 @@ def main() -> None:
         _compiledir / "sbc.png",
     ]
     done = run_python(sbc, timeout=900, result=False)
-    rows.append(("whole SBC, --quick (2 fits, 2 workers), start to end", done.seconds))
+    data["rows"].append(
+        ("whole SBC, --quick (2 fits, 2 workers), start to end", done.seconds)
+    )
+    return data
 
-    table = markdown_table(
-        ["measure", "seconds"], [(name, f"{value:.1f}") for name, value in rows]
+
+def report(data: dict) -> str:
+    text, rates = _report.texts("many_fits"), data["per_minute"]
+    rows = [(name, f"{value:.1f}") for name, value in data["rows"]]
+    rate_rows = [(w, f"{r:.2f}", f"{r / rates['1']:.2f}") for w, r in rates.items()]
+    return (
+        fill(text["report"], rows, **data["meta"])
+        + "\n\n"
+        + fill(
+            text["rates"],
+            rate_rows,
+            speedup=rates["2"] / rates["1"],
+            traces="; ".join(data["traces"]),
+        )
+        + "\n"
     )
-    rates = markdown_table(
-        ["workers", "fits per minute", "x 1 worker"],
-        [(w, f"{r:.2f}", f"{r / per_minute[1]:.2f}") for w, r in per_minute.items()],
-    )
-    text = "\n".join(
-        [
-            "# Many fits on Dask: the boarding-school SIR model",
-            "",
-            f"`{command}` (under `flock -x /work/.heavy.lock`); each fit "
-            f"`pm.sample()` with nutpie, {args.chains} chains of {args.tune} + "
-            f"{args.draws} draws one after the other (`cores=1`), on a "
-            "dataset simulated from the prior; one single-threaded worker per "
-            "core; caches in a `compiledir` of the run's own.",
-            "",
-            machine_header(
-                package_versions(
-                    {
-                        name: name
-                        for name in ("pytensor", "jax", "pymc", "nutpie", "distributed")
-                    }
-                )
-            ),
-            "",
-            table,
-            "",
-            rates,
-            "",
-            f"Speed-up with 2 workers: {speedup:.2f}x (target 1.7x).",
-            "",
-            "Traces: " + "; ".join(notes) + ".",
-            "",
-        ]
-    )
-    print(text)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fits", type=int, default=4, help="fits per throughput run")
+    parser.add_argument("--draws", type=int, default=100)
+    parser.add_argument("--tune", type=int, default=100)
+    parser.add_argument("--chains", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--report", action="store_true", help="only the tables")
+    args = parser.parse_args()
+    if not args.report:
+        command = "python benchmarks/many_fits.py" + "".join(
+            f" {a}" for a in sys.argv[1:]
+        )
+        _report.save("many_fits", measure(args, command))
+    _report.write("many_fits", report(_report.load("many_fits")), args.output)
 
 
 if __name__ == "__main__":

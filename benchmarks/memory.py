@@ -8,7 +8,7 @@ run in a second process, side by side: this package's caches and registries
 PyTensor's own caches do.
 
 Prints a markdown table (resident memory every ``--every`` iterations, per
-variant) and writes it to ``benchmarks/results/memory.md``.
+variant) and writes it to ``benchmarks/results/memory.md`` (the runs: ``.json``).
 
 Run: ``.venv/bin/python benchmarks/memory.py [--iterations 1000] [--mode NUMBA]``.
 """
@@ -26,10 +26,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+import _report  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from _processes import run_python  # noqa: E402
+from _report import fill  # noqa: E402
 
 import conftest  # noqa: E402, F401 - puts this checkout's modules first
 import pytensor  # noqa: E402
@@ -84,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--variant", choices=("ours", "pytensor"), help=argparse.SUPPRESS
     )
+    parser.add_argument("--report", action="store_true", help="only the table")
     args = parser.parse_args(argv)
 
     if args.variant:  # a child: one variant, its rows as JSON on the last line
@@ -91,43 +94,40 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({"rows": rows}))
         return
 
-    start = time.perf_counter()
-    results = {}
-    for variant in ("ours", "pytensor"):
-        child = run_python([__file__, *(argv or sys.argv[1:]), "--variant", variant])
-        results[variant] = child.result["rows"]
-    seconds = time.perf_counter() - start
+    if not args.report:
+        start = time.perf_counter()
+        results = {}
+        for variant in ("ours", "pytensor"):
+            child = run_python(
+                [__file__, *(argv or sys.argv[1:]), "--variant", variant]
+            )
+            results[variant] = child.result["rows"]
+        versions = {"PyTensor": pytensor.__version__, "JAX": jax.__version__}
+        meta = {"command": " ".join(sys.argv), "seconds": time.perf_counter() - start}
+        meta |= {"iterations": args.iterations, "mode": args.mode}
+        meta["machine"] = ", ".join(
+            [f"{platform.machine()}", f"Python {platform.python_version()}"]
+            + [f"{name} {version}" for name, version in versions.items()]
+        )
+        _report.save("memory", {"meta": meta, "results": results})
+    _report.write("memory", report(_report.load("memory")))
 
-    header = (
-        f"Build + compile + run {args.iterations} models (value and gradient), each "
-        f"new, mode {args.mode}: a wrapped JAX function with a new static "
-        f"argument (ours) against the same model in PyTensor alone, each variant "
-        f"in its own process; {platform.machine()}, Python "
-        f"{platform.python_version()}, PyTensor {pytensor.__version__}, "
-        f"JAX {jax.__version__}; {seconds:.0f} s. Command: `{' '.join(sys.argv)}`"
-    )
-    lines = [
-        header,
-        "",
-        "| models | ours: resident MiB | ours: growth since 100 | "
-        "PyTensor alone: resident MiB | PyTensor alone: growth since 100 |",
-        "|---:|---:|---:|---:|---:|",
-    ]
-    ours, theirs = results["ours"], results["pytensor"]
+
+def report(data: dict) -> str:
+    ours, theirs = data["results"]["ours"], data["results"]["pytensor"]
     base_ours = ours[1][1] if len(ours) > 1 else ours[0][1]
     base_theirs = theirs[1][1] if len(theirs) > 1 else theirs[0][1]
-    for (i, mib), (_, pt_mib) in zip(ours, theirs):
-        lines.append(
-            f"| {i} | {mib:.1f} | {mib - base_ours:+.1f} | {pt_mib:.1f} | "
-            f"{pt_mib - base_theirs:+.1f} |"
-        )
-    table = "\n".join(lines)
-    print()
-    print(table)
-    out = ROOT / "benchmarks" / "results" / "memory.md"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(table + "\n")
-    print(f"\nwritten to {out.relative_to(ROOT)}")
+    rows = [
+        [
+            i,
+            f"{mib:.1f}",
+            f"{mib - base_ours:+.1f}",
+            f"{pt_mib:.1f}",
+            f"{pt_mib - base_theirs:+.1f}",
+        ]
+        for (i, mib), (_, pt_mib) in zip(ours, theirs)
+    ]
+    return fill(_report.texts("memory")["report"], rows, **data["meta"]) + "\n"
 
 
 if __name__ == "__main__":

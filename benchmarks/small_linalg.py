@@ -1,30 +1,23 @@
 """Small dense linear algebra: LAPACK's calls against the unrolled XLA lowering.
 
-:mod:`pytensor.compile._jax_ofg.small_linalg` lowers ``lu``, ``triangular_solve``,
-``cholesky`` (and ``lu_pivots_to_permutation``) of small square matrices as
-unrolled XLA operations instead of jaxlib's LAPACK calls. Four measurements,
-each a median of interleaved rounds in one process, every program compiled
-ahead of time twice (``max_size_set_to(0)``: LAPACK; the default: unrolled):
+:mod:`pytensor.compile._jax_ofg.small_linalg` lowers ``lu``,
+``triangular_solve``, ``cholesky`` (and ``lu_pivots_to_permutation``) of small
+square matrices as unrolled XLA operations instead of jaxlib's LAPACK calls.
+Medians of interleaved rounds in one process, every program compiled ahead
+of time with LAPACK (``max_size_set_to(0)``) and unrolled (``--skip`` parts):
 
-* **sizes**: µs per solve of an n x n system inside a ``fori_loop`` of 200
-  dependent solves, ``jnp.linalg.solve`` (LU, permutation, two triangular
-  solves) and a Cholesky solve, for n = 2 ... 24: where the threshold lies.
-* **where the time goes** (the stiff PK model of :mod:`_pk_model`,
-  ``diffrax.Kvaerno5()``, value and gradient in pure JAX, reverse and forward
-  mode): LAPACK everywhere; only ``lu_solve``'s permutation (a ``while`` loop
-  in JAX's CPU lowering) unrolled; only the LAPACK calls replaced; both.
-* **through the op**: the PK model's PyMC log-density and gradient compiled by
-  PyTensor's default linker (``as_jax_op`` of the solve, reverse mode) against
-  ``jax.jit(jax.value_and_grad)`` of the same JAX code with LAPACK.
-* **two threads**: calls per second of that compiled log-density (one copy
-  per thread) from two threads at once over one thread.
+* ``sizes``: µs per solve in a loop of dependent solves, LU and Cholesky, n = 2 ... 24;
+* ``time``: the stiff PK model (:mod:`_pk_model`) in pure JAX, reverse and
+  forward mode, with LAPACK, only the permutation unrolled, only the LAPACK
+  calls replaced, both;
+* ``op``: the PK model's log-density and gradient through ``as_jax_op``;
+* ``threads``: calls per second of it from two threads over one.
 
 Run (about 3 minutes, with the machine to itself)::
 
     .venv/bin/python benchmarks/small_linalg.py
 
-Writes ``benchmarks/results/small_linalg.md``. Inside the checkout, the
-checkout's modules are used.
+Writes ``benchmarks/results/small_linalg.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -32,8 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -41,20 +32,17 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
+import _report  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _timing import (  # noqa: E402
-    Call,
-    interleaved_medians,
-    machine_header,
-    markdown_table,
-    median,
-)
+from _report import fill  # noqa: E402
+from _timing import Call, calls_per_second, interleaved_medians, median  # noqa: E402
 
 import conftest  # noqa: E402, F401  (the checkout's modules)
 import pytensor  # noqa: E402
 from pytensor.compile._jax_ofg import small_linalg  # noqa: E402
+from pytensor.compile._jax_ofg.patches import linalg_lowering  # noqa: E402
 from pytensor.compile.jax_ofg import as_jax_op  # noqa: E402
 
 
@@ -72,22 +60,23 @@ def aot(fn: Callable, *args, max_size: int | None = None):
 @contextlib.contextmanager
 def only(part: str) -> Iterator[None]:
     """Lower only ``part`` ("permutation" or "lapack calls") without LAPACK."""
-    saved = small_linalg._small, small_linalg._small_permutation
+    saved = linalg_lowering._small, linalg_lowering._small_permutation
     if part == "permutation":
-        small_linalg._small = lambda aval: False
+        linalg_lowering._small = lambda aval: False
     elif part == "lapack calls":
-        small_linalg._small_permutation = lambda aval, size: False
+        linalg_lowering._small_permutation = lambda aval, size: False
     try:
         yield
     finally:
-        small_linalg._small, small_linalg._small_permutation = saved
+        linalg_lowering._small, linalg_lowering._small_permutation = saved
 
 
 def timed(fn, *args) -> Call:
     return Call(lambda: jax.block_until_ready(fn(*args)))
 
 
-def sizes_table(repeats: int) -> list[list[str]]:
+def sizes_table(repeats: int) -> list[list[float]]:
+    """Per size n: µs per solve, LU with LAPACK and unrolled, Cholesky with both."""
     rng = np.random.default_rng(0)
     rows = []
     for n in SIZES:
@@ -121,18 +110,7 @@ def sizes_table(repeats: int) -> list[list[str]]:
             calls[f"{name} lapack"] = timed(lapack, matrix, b)
             calls[f"{name} unrolled"] = timed(unrolled, matrix, b)
         stats = interleaved_medians(calls, repeats=repeats, batch_seconds=0.05)
-        us = {k: v.median / LOOP * 1e6 for k, v in stats.items()}
-        rows.append(
-            [
-                n,
-                f"{us['lu lapack']:.2f}",
-                f"{us['lu unrolled']:.2f}",
-                f"{us['lu unrolled'] / us['lu lapack']:.2f}",
-                f"{us['chol lapack']:.2f}",
-                f"{us['chol unrolled']:.2f}",
-                f"{us['chol unrolled'] / us['chol lapack']:.2f}",
-            ]
-        )
+        rows.append([n, *(stats[k].median / LOOP * 1e6 for k in calls)])
         print(rows[-1], flush=True)
     return rows
 
@@ -152,7 +130,7 @@ def pk_value_and_grad(mode: str):
     return value_and_jacfwd
 
 
-def where_the_time_goes(repeats: int) -> list[list[str]]:
+def where_the_time_goes(repeats: int) -> list[list]:
     import _pk_model as pk
 
     x = (jnp.asarray(pk.PRIOR_MEANS), jnp.asarray(np.log(0.5)))
@@ -172,10 +150,8 @@ def where_the_time_goes(repeats: int) -> list[list[str]]:
             repeats=repeats,
             batch_seconds=0.2,
         )
-        base = stats["LAPACK everywhere"].median
-        for name, s in stats.items():
-            rows.append([mode, name, f"{s.median * 1e3:.2f}", f"{s.median / base:.2f}"])
-            print(rows[-1], flush=True)
+        rows += [[mode, name, s.median] for name, s in stats.items()]
+        print(rows[-len(stats) :], flush=True)
     return rows
 
 
@@ -195,7 +171,7 @@ def compiled_model_logp():
     return f, (np.asarray(pk.PRIOR_MEANS), np.asarray(np.log(0.5)))
 
 
-def through_the_op(repeats: int) -> list[list[str]]:
+def through_the_op(repeats: int) -> list[list]:
     ours, start = compiled_model_logp()
     x = tuple(jnp.asarray(v) for v in start)
     fn = pk_value_and_grad("reverse")
@@ -215,51 +191,56 @@ def through_the_op(repeats: int) -> list[list[str]]:
         repeats=repeats,
         batch_seconds=0.3,
     )
-    base = stats["pure JAX, LAPACK"].median
-    return [
-        [name, f"{s.median * 1e3:.2f}", f"{s.median / base:.2f}"]
-        for name, s in stats.items()
-    ]
+    return [[name, s.median] for name, s in stats.items()]
 
 
-def two_threads(make: Callable, rounds: int, seconds: float = 1.0) -> list[list[str]]:
-    copies = [make() for _ in range(2)]
-    ratios, singles, pairs = [], [], []
-
-    def run(fn, start, stop_at, counts, i):
-        n = 0
-        while time.perf_counter() < stop_at:
-            fn(*start)
-            n += 1
-        counts[i] = n
-
+def two_threads(make: Callable, rounds: int) -> list[float]:
+    """Calls per second of ``make()``'s function from one thread, then from two at
+    once (each its own copy), and their ratio: medians over ``rounds``."""
+    copies = [Call(fn, start) for fn, start in (make() for _ in range(2))]
+    singles, pairs = [], []
     for _ in range(rounds):
-        counts = [0, 0]
-        fn, start = copies[0]
-        run(fn, start, time.perf_counter() + seconds, counts, 0)
-        one = counts[0] / seconds
-        counts = [0, 0]
-        stop_at = time.perf_counter() + seconds
-        threads = [
-            threading.Thread(target=run, args=(fn_, start_, stop_at, counts, i))
-            for i, (fn_, start_) in enumerate(copies)
+        singles.append(calls_per_second(copies[:1]))
+        pairs.append(calls_per_second(copies))
+    ratios = [two / one for one, two in zip(singles, pairs)]
+    return [median(singles), median(pairs), median(ratios)]
+
+
+def report(data: dict) -> str:
+    text, meta = _report.texts("small_linalg"), data["meta"]
+    sections = [fill(text["intro"], **meta)]
+    if "sizes" in data:
+        rows = [
+            [
+                n,
+                f"{a:.2f}",
+                f"{b:.2f}",
+                f"{b / a:.2f}",
+                f"{c:.2f}",
+                f"{d:.2f}",
+                f"{d / c:.2f}",
+            ]
+            for n, a, b, c, d in data["sizes"]
         ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        two = sum(counts) / seconds
-        singles.append(one)
-        pairs.append(two)
-        ratios.append(two / one)
-    return [
-        [
-            "PK log-density + gradient, default linker",
-            f"{median(singles):.0f}",
-            f"{median(pairs):.0f}",
-            f"{median(ratios):.2f}",
+        sections.append(fill(text["sizes"], rows, loop=LOOP))
+    if "time" in data:
+        base = {
+            mode: s for mode, name, s in data["time"] if name == "LAPACK everywhere"
+        }
+        rows = [
+            [mode, name, f"{s * 1e3:.2f}", f"{s / base[mode]:.2f}"]
+            for mode, name, s in data["time"]
         ]
-    ]
+        sections.append(fill(text["time"], rows))
+    if "op" in data:
+        base = dict(data["op"])["pure JAX, LAPACK"]
+        rows = [[name, f"{s * 1e3:.2f}", f"{s / base:.2f}"] for name, s in data["op"]]
+        sections.append(fill(text["op"], rows))
+    if "threads" in data:
+        one, two, ratio = data["threads"]
+        row = ["PK log-density + gradient, default linker", f"{one:.0f}", f"{two:.0f}"]
+        sections.append(fill(text["threads"], [[*row, f"{ratio:.2f}"]], **meta))
+    return "\n\n".join(sections) + "\n"
 
 
 def main() -> None:
@@ -268,82 +249,26 @@ def main() -> None:
     parser.add_argument(
         "--skip", default="", help="comma-separated: sizes,time,op,threads"
     )
-    parser.add_argument(
-        "--output", type=Path, default=HERE / "results" / "small_linalg.md"
-    )
+    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--report", action="store_true", help="only the tables")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
-
-    command = "python benchmarks/small_linalg.py " + " ".join(sys.argv[1:])
-    parts = [
-        "# Small dense linear algebra: LAPACK's calls against the unrolled lowering\n",
-        f"Command: `{command.strip()}`\n",
-        machine_header({"JAX": jax.__version__, "PyTensor": pytensor.__version__})
-        + "\n",
-        f"Default threshold: matrices of at most {small_linalg.DEFAULT_MAX_SIZE} rows.\n",
-    ]
-    if "sizes" not in skip:
-        parts += [
-            "## Per solve, by size\n",
-            f"µs per solve inside a `fori_loop` of {LOOP} dependent solves "
-            "(medians of interleaved rounds). `jnp.linalg.solve` is LU "
-            "(`getrf`), the permutation and two triangular solves (`trsm`); "
-            "Cholesky is `potrf` and two `trsm`.\n",
-            markdown_table(
-                [
-                    "n",
-                    "LU LAPACK",
-                    "LU unrolled",
-                    "ratio",
-                    "Cholesky LAPACK",
-                    "Cholesky unrolled",
-                    "ratio",
-                ],
-                sizes_table(args.repeats),
-            )
-            + "\n",
-        ]
-    if "time" not in skip:
-        parts += [
-            "## Where the time goes: the stiff PK model in pure JAX\n",
-            "Value and gradient per call, ms (`_pk_model.logp`, `diffrax.Kvaerno5()`, "
-            "its Newton steps solved by lineax's LU).\n",
-            markdown_table(
-                ["mode", "lowering", "ms per call", "x LAPACK everywhere"],
-                where_the_time_goes(args.repeats),
-                numeric_from=2,
-            )
-            + "\n",
-        ]
-    if "op" not in skip:
-        rows = through_the_op(args.repeats)
-        parts += [
-            "## Through the op\n",
-            "The PK model's PyMC log-density and gradient (`logp_dlogp_function`, "
-            "PyTensor's default linker, `as_jax_op(pk.solve)` in reverse mode) "
-            "against `jax.jit(jax.value_and_grad)` of `_pk_model.logp`.\n",
-            markdown_table(["route", "ms per call", "x pure JAX with LAPACK"], rows)
-            + "\n",
-        ]
-    if "threads" not in skip:
-        parts += [
-            "## Two threads\n",
-            "Calls per second from one thread, then from two at once (each "
-            f"thread its own compiled copy; {args.repeats} rounds of 1 s, medians).\n",
-            markdown_table(
-                [
-                    "function",
-                    "calls/s, 1 thread",
-                    "calls/s, 2 threads",
-                    "throughput 2 over 1",
-                ],
-                two_threads(compiled_model_logp, args.repeats),
-            )
-            + "\n",
-        ]
-    text = "\n".join(parts)
-    print(text)
-    args.output.write_text(text)
+    if not args.report:
+        command = "python benchmarks/small_linalg.py " + " ".join(sys.argv[1:])
+        versions = {"JAX": jax.__version__, "PyTensor": pytensor.__version__}
+        meta = _report.meta(command.strip(), versions) | {"repeats": args.repeats}
+        data = {"meta": meta | {"max_size": small_linalg.DEFAULT_MAX_SIZE}}
+        measures = {
+            "sizes": sizes_table,
+            "time": where_the_time_goes,
+            "op": through_the_op,
+            "threads": lambda repeats: two_threads(compiled_model_logp, repeats),
+        }
+        for part, measure in measures.items():
+            if part not in skip:
+                data[part] = measure(args.repeats)
+        _report.save("small_linalg", data)
+    _report.write("small_linalg", report(_report.load("small_linalg")), args.output)
 
 
 if __name__ == "__main__":

@@ -14,50 +14,25 @@ Two of posteriordb's kind of small ODE posteriors:
   ``benchmarks/forward_mode.py``'s ``ours_forward``; 5 parameters).
 
 Every measurement runs in a fresh process (``--child``), sharing one set of
-caches per model and route that a first, untimed process fills. Rounds are
-interleaved (``ours``, nutpie's own ``numba.cfunc`` path, Stan, in a rotating
-order), and the tables give medians over rounds.
+caches per model and route that a first, untimed process fills; rounds are
+interleaved, the tables give medians over rounds (what each measures: its
+paragraph in ``texts/small_odes.md``). The kinds (``--skip``):
 
-* **start-up** (second process): imports, model build, ``nutpie.compile_pymc_model``
-  and the first log-density call (XLA's program loaded), for the host callbacks
-  this package gives nutpie (``ours``) and for nutpie's ``numba.cfunc``
-  (``cfunc``: the wrapper taken off).
-* **per call**: value and gradient at the start, through the C function
-  nutpie calls (from compiled code without the GIL, as nutpie's threads), against the same log-density in pure JAX
-  (``jax.jit(jax.value_and_grad(get_jaxified_logp(model)))``), interleaved
-  batches in one process.
-* **parallel calls**: the per-call measurement's two calls (ours through
-  nutpie's C function, pure JAX), each from one thread and from two threads
-  at once, interleaved in one process: the throughput two threads reach
-  without nutpie's sampler, and so what this machine allows two chains.
-* **pinned calls**: the per-call measurement's two calls from one thread of a
-  process pinned to one core, alone and with a second such process on the
-  other core measuring at the same time: what two chains in processes of
-  their own may reach on this machine.
-* **chains**: 2 chains of 1000 + 1000, ``cores=1`` against ``cores=2`` in
-  alternating processes: ``nutpie.sample`` on threads (``ours``), and
-  :func:`~pytensor.compile._jax_ofg.samplers.chain_processes.run_chain_processes`
-  (``processes``: one worker per core, each pinned to its core, sampling its
-  chains with ``cores=1``; the time is from the first worker's start of
-  ``nutpie.sample`` to the last one's end, after each one's first call of the
-  log-density, as ``ours`` times ``nutpie.sample`` after a first call and a
-  short untimed sample); also the ratio the chains' own lengths allow (total
-  leapfrog steps over those of the longer chain). Each route's ``cores=1``
-  is its own: a process on one core for ``processes``, an unpinned process
-  (whose XLA pool keeps about 1.5 cores busy) for ``ours``.
-* **neighbours**: one seeded chain of 1000 + 1000, sampled again and again
-  by a process pinned to core 0 while a process pinned to core 1 is idle,
-  calls the log-density as fast as it can, or samples (nutpie, paused when
-  not sampling), in alternating phases: what a busy core costs a chain in
-  processes, the same chain's gradients each time.
-* **threads**: no model, pure JAX: a jitted loop of 2 x 2 solves (the stiff
-  solver's Newton steps call LAPACK through jaxlib) and one of 2 x 2 products,
-  each called from one thread and from two at once.
-* **fit**: 4 chains of 1000 + 1000 on the 2 cores, ours (``nutpie.sample``,
-  ``cores=2``; and ``processes``: ``sample_in_processes`` with ``cores=2``)
-  against Stan (PyStan 3, its cached build): whole process,
-  start-up, sampling, min bulk ESS, ESS/s, R-hat, gradients per draw and
-  per second, and each posterior mean against Stan's.
+* ``startup``: a second process to the first log-density call, with the host
+  callbacks this package gives nutpie (``ours``) and nutpie's ``numba.cfunc``;
+* ``per_call``: value and gradient through the C function nutpie calls (from
+  compiled code without the GIL), against ``jax.jit(jax.value_and_grad(...))``
+  of PyMC's jaxified log-density;
+* ``parallel_calls``, ``pinned_calls``: those calls from two threads at once,
+  and from two processes pinned to a core each, without nutpie's sampler;
+* ``chains``: 2 chains of 1000 + 1000, ``cores=1`` against ``cores=2``, on
+  threads (``nutpie.sample``) and in pinned worker processes
+  (:func:`~pytensor.compile._jax_ofg.samplers.chain_processes.run_chain_processes`);
+* ``neighbours``: one seeded chain in a pinned process while the other core
+  idles, calls the log-density or samples;
+* ``threads``: pure JAX, 2 x 2 solves (LAPACK) and products from 1 and 2 threads;
+* ``fit``: 4 chains of 1000 + 1000, ours (threads and processes) against Stan
+  (PyStan 3, its cached build), each posterior mean against Stan's.
 
 Run (with the machine to itself; PyStan 3 from the ``stan`` extra)::
 
@@ -78,10 +53,13 @@ import time
 START = time.perf_counter()
 
 import argparse  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 
@@ -90,6 +68,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(HERE)]  # stan_ode: the example
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # exportable programs, as the examples
 
+import _report  # noqa: E402
 import _stan  # noqa: E402
 from _processes import (  # noqa: E402
     IN_CHECKOUT,
@@ -98,7 +77,8 @@ from _processes import (  # noqa: E402
     checkout_startup,
     run_python,
 )
-from _timing import median  # noqa: E402
+from _report import fill  # noqa: E402
+from _timing import calls_per_second, median  # noqa: E402
 
 
 MODELS = ("lv", "lv_draws", "pk")
@@ -111,50 +91,10 @@ CHAIN_LENGTH = 1000
 #: Routes whose processes compile what one process of ``ours`` does: they
 #: share its caches (pinned calls and chains in processes).
 WARMED_AS_OURS = frozenset({"ours", "processes"})
-KINDS = (
-    "startup",
-    "per_call",
-    "parallel_calls",
-    "pinned_calls",
-    "chains",
-    "neighbours",
-    "threads",
-    "fit",
-)
 
-LV_STAN_PROGRAM = """
-functions {
-  vector dz_dt(real t, vector z, array[] real theta) {
-    return [(theta[1] - theta[2] * z[2]) * z[1],
-            (-theta[3] + theta[4] * z[1]) * z[2]]';
-  }
-}
-data {
-  int<lower=0> N;
-  array[N] real ts;
-  array[2] real y_init;
-  array[N, 2] real<lower=0> y;
-}
-parameters {
-  array[4] real<lower=0> theta;
-  array[2] real<lower=0> z_init;
-  array[2] real<lower=0> sigma;
-}
-transformed parameters {
-  array[N] vector[2] z = ode_rk45_tol(dz_dt, to_vector(z_init), 0, ts,
-                                      1e-5, 1e-3, 500, theta);
-}
-model {
-  theta[{1, 3}] ~ normal(1, 0.5);
-  theta[{2, 4}] ~ normal(0.05, 0.05);
-  sigma ~ lognormal(-1, 1);
-  z_init ~ lognormal(log(10), 1);
-  for (k in 1:2) {
-    y_init[k] ~ lognormal(log(z_init[k]), sigma[k]);
-    y[:, k] ~ lognormal(log(z[:, k]), sigma[k]);
-  }
-}
-"""
+LV_STAN_PROGRAM = (
+    Path(__file__).resolve().parent / "stan" / "lotka_volterra.stan"
+).read_text()
 
 
 # --------------------------------------------------------------------------
@@ -314,23 +254,7 @@ def child_per_call(spec: dict) -> dict:
 
 def threads_throughput(call, threads: int, seconds: float = 1.0) -> float:
     """Calls per second of ``call`` made from ``threads`` threads at once."""
-    import threading
-
-    counts = [0] * threads
-    stop = time.perf_counter() + seconds
-
-    def calls(k: int) -> None:
-        while time.perf_counter() < stop:
-            call()
-            counts[k] += 1
-
-    workers = [threading.Thread(target=calls, args=(k,)) for k in range(threads)]
-    start = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    return sum(counts) / (time.perf_counter() - start)
+    return calls_per_second([call] * threads, seconds)
 
 
 def child_parallel_calls(spec: dict) -> dict:
@@ -370,6 +294,25 @@ def child_pinned_calls(spec: dict) -> dict:
         for name, call in calls.items():
             results.setdefault(name, []).append(threads_throughput(call, 1))
     return {**results, "started late by": late}
+
+
+def sample(compiled, spec: dict, *, chains, cores, length=CHAIN_LENGTH, **options):
+    """``nutpie.sample`` of ``spec``'s model (its settings, its seed; another one for
+    a sampler in the background) with ``length`` tuning steps and draws."""
+    import nutpie
+
+    seed = spec["seed"] + (1 if options.get("blocking") is False else 0)
+    return nutpie.sample(
+        compiled,
+        chains=chains,
+        tune=length,
+        draws=length,
+        cores=cores,
+        seed=seed,
+        progress_bar=False,
+        **options,
+        **NUTPIE_SETTINGS.get(spec["model"], {}),
+    )
 
 
 def leapfrog_steps(trace) -> list[int]:
@@ -434,16 +377,7 @@ def child_chains(spec: dict) -> dict:
     _, compiled, _ = compile_ours(spec["model"], spec["route"], phases)
     nutpie.sample(compiled, chains=2, tune=20, draws=5, cores=2, progress_bar=False)
     before = time.perf_counter()
-    trace = nutpie.sample(
-        compiled,
-        chains=2,
-        tune=CHAIN_LENGTH,
-        draws=CHAIN_LENGTH,
-        cores=spec["cores"],
-        seed=spec["seed"],
-        progress_bar=False,
-        **NUTPIE_SETTINGS.get(spec["model"], {}),
-    )
+    trace = sample(compiled, spec, chains=2, cores=spec["cores"])
     seconds = time.perf_counter() - before
     return {"seconds": seconds, "steps": leapfrog_steps(trace)}
 
@@ -486,20 +420,9 @@ def child_fit(spec: dict) -> dict:
             "divergences": int(stats["diverging"].sum()),
         }
     else:
-        import nutpie
-
         _, compiled, _ = compile_ours(name, "ours", phases)
         before = since_start()
-        trace = nutpie.sample(
-            compiled,
-            chains=4,
-            tune=1000,
-            draws=1000,
-            cores=2,
-            seed=spec["seed"],
-            progress_bar=False,
-            **NUTPIE_SETTINGS.get(spec["model"], {}),
-        )
+        trace = sample(compiled, spec, chains=4, cores=2, length=1000)
         phases["sampling"] = since_start() - before
         _, _, parameters = stan_program(name)
         draws = {p: trace.posterior[p].values for p in parameters}
@@ -534,7 +457,6 @@ def child_neighbour(spec: dict) -> dict:
     phases: dict = {}
     _, compiled, x = compile_ours(spec["model"], "ours", phases)
     call = logp_call(compiled, x)
-    settings = NUTPIE_SETTINGS.get(spec["model"], {})
     signal = Path(spec["signal"])
     if spec["role"] == "sampler":
         nutpie.sample(compiled, chains=1, tune=20, draws=5, progress_bar=False)
@@ -545,36 +467,14 @@ def child_neighbour(spec: dict) -> dict:
                 signal.write_text(phase)
                 time.sleep(0.5)  # the neighbour's switch
                 before = time.perf_counter()
-                trace = nutpie.sample(
-                    compiled,
-                    chains=1,
-                    tune=CHAIN_LENGTH,
-                    draws=CHAIN_LENGTH,
-                    cores=1,
-                    seed=spec["seed"],
-                    progress_bar=False,
-                    **settings,
-                )
+                trace = sample(compiled, spec, chains=1, cores=1)
                 seconds = time.perf_counter() - before
-                runs.append(
-                    {
-                        "phase": phase,
-                        "seconds": seconds,
-                        "steps": sum(leapfrog_steps(trace)),
-                    }
-                )
+                steps = sum(leapfrog_steps(trace))
+                runs.append({"phase": phase, "seconds": seconds, "steps": steps})
         signal.write_text("done")
         return {"runs": runs}
-    background = nutpie.sample(
-        compiled,
-        chains=1,
-        tune=100 * CHAIN_LENGTH,
-        draws=100 * CHAIN_LENGTH,
-        cores=1,
-        seed=spec["seed"] + 1,
-        progress_bar=False,
-        blocking=False,
-        **settings,
+    background = sample(
+        compiled, spec, chains=1, cores=1, length=100 * CHAIN_LENGTH, blocking=False
     )
     background.pause()
     phase, paused = "idle", True
@@ -600,8 +500,6 @@ def child_threads(spec: dict) -> dict:
     jaxlib's LAPACK kernels, which call SciPy's OpenBLAS), without this
     package or nutpie: microseconds per call, one thread against two.
     """
-    import threading
-
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -657,55 +555,27 @@ def run_child(spec: dict, caches: Path, timeout: float) -> dict:
     """Run one measurement in a fresh process sharing ``caches``; its JSON result.
 
     A ``pinned_calls`` measurement with ``"processes": 2`` runs two processes
-    at once, on cores 0 and 1; its result holds each one's.
+    at once, on cores 0 and 1; its result holds each one's. A ``neighbours``
+    measurement runs its sampler and its neighbour at once; its result is the
+    sampler's.
     """
+    start_at = time.time() + 25  # both processes' imports and compilation done
     if spec["kind"] == "pinned_calls":
-        import threading
-
-        start_at = time.time() + 25  # both processes' imports and compilation done
         parts = [
-            {**spec, "cpu": cpu, "start at": start_at}
+            {**spec, "kind": "pinned_call", "cpu": cpu, "start at": start_at}
             for cpu in range(spec["processes"])
         ]
-        results: list[dict] = [{}] * len(parts)
-
-        def run(k: int) -> None:
-            results[k] = run_child({**parts[k], "kind": "pinned_call"}, caches, timeout)
-
-        threads = [threading.Thread(target=run, args=(k,)) for k in range(len(parts))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        errors = [r["error"] for r in results if "error" in r]
-        return {"error": errors[0]} if errors else {"processes": results}
+        results = run_together(parts, caches, timeout)
+        return results if "error" in results else {"processes": results["runs"]}
     if spec["kind"] == "neighbours":
-        import threading
-
-        signal = caches / f"neighbours-{spec['model']}-{spec['seed']}"
+        signal = str(caches / f"neighbours-{spec['model']}-{spec['seed']}")
         parts = [
-            {
-                **spec,
-                "kind": "neighbour",
-                "role": role,
-                "cpu": cpu,
-                "signal": str(signal),
-                "start at": time.time() + 25,
-            }
+            {**spec, "kind": "neighbour", "role": role, "cpu": cpu}
+            | {"signal": signal, "start at": start_at}
             for cpu, role in enumerate(("sampler", "neighbour"))
         ]
-        results = [{}, {}]
-
-        def run(k: int) -> None:
-            results[k] = run_child(parts[k], caches, timeout)
-
-        threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        errors = [r["error"] for r in results if "error" in r]
-        return {"error": errors[0]} if errors else results[0]
+        results = run_together(parts, caches, timeout)
+        return results if "error" in results else results["runs"][0]
     route = spec.get("route", "ours")
     folder = caches / f"{spec['model']}-{'ours' if route in WARMED_AS_OURS else route}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -719,41 +589,50 @@ def run_child(spec: dict, caches: Path, timeout: float) -> dict:
     return {**done.result, "process": done.seconds}
 
 
+def run_together(parts: list[dict], caches: Path, timeout: float) -> dict:
+    """Run the measurements ``parts`` at once: ``{"runs": results}``, or the first error."""
+    results: list[dict] = [{}] * len(parts)
+
+    def run(k: int) -> None:
+        results[k] = run_child(parts[k], caches, timeout)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(parts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    errors = [r["error"] for r in results if "error" in r]
+    return {"error": errors[0]} if errors else {"runs": results}
+
+
+#: Per kind, the measurements of each model (besides its kind and model).
+PLAN = {
+    "startup": [{"route": "ours"}, {"route": "cfunc"}],
+    "per_call": [{"route": "ours"}],
+    "parallel_calls": [{"route": "ours"}],
+    "pinned_calls": [{"processes": 1}, {"processes": 2}],
+    "chains": [{"route": r, "cores": c} for r in ("ours", "processes") for c in (1, 2)],
+    "neighbours": [{"route": "ours"}],
+    "threads": [{"route": "jax"}],  # pk only: no model
+    "fit": [{"route": "ours"}, {"route": "processes"}],
+}
+
+
+#: The kinds of measurement, in the order each round runs them (``--skip``).
+KINDS = tuple(PLAN)
+
+
 def plan(settings) -> list[list[dict]]:
     """The measurements of each round, in the round's rotating order."""
     rounds = []
     for round_ in range(settings.rounds):
-        specs = []
-        for name in settings.models:
-            if "startup" in settings.kinds:
-                specs += [
-                    {"kind": "startup", "model": name, "route": r}
-                    for r in ("ours", "cfunc")
-                ]
-            if "per_call" in settings.kinds:
-                specs.append({"kind": "per_call", "model": name, "route": "ours"})
-            if "parallel_calls" in settings.kinds:
-                specs.append({"kind": "parallel_calls", "model": name, "route": "ours"})
-            if "pinned_calls" in settings.kinds:
-                specs += [
-                    {"kind": "pinned_calls", "model": name, "processes": n}
-                    for n in (1, 2)
-                ]
-            if "chains" in settings.kinds:
-                specs += [
-                    {"kind": "chains", "model": name, "route": r, "cores": c}
-                    for r in ("ours", "processes")
-                    for c in (1, 2)
-                ]
-            if "neighbours" in settings.kinds:
-                specs.append({"kind": "neighbours", "model": name, "route": "ours"})
-            if "threads" in settings.kinds and name == "pk":
-                specs.append({"kind": "threads", "model": name, "route": "jax"})
-            if "fit" in settings.kinds:
-                specs += [
-                    {"kind": "fit", "model": name, "route": r}
-                    for r in ("ours", "processes")
-                ]
+        specs = [
+            {"kind": kind, "model": name, **spec}
+            for name in settings.models
+            for kind in settings.kinds
+            for spec in PLAN[kind]
+            if kind != "threads" or name == "pk"
+        ]
         if "fit" in settings.kinds:  # Stan once per program
             programs = dict.fromkeys(
                 SAME_STAN_PROGRAM.get(n, n) for n in settings.models
@@ -773,194 +652,88 @@ def label(spec: dict) -> str:
     return f"{spec['kind']}|{spec['model']}|{spec['route']}{cores}"
 
 
-def section(
-    title: str,
-    header: list[str],
-    rows: list[list[str]],
-    *,
-    before: str = "",
-    after: str = "",
-) -> list[str]:
-    """Lines of a report's section: its title, a table, a paragraph before and after."""
-    from _timing import markdown_table
-
-    lines = [f"## {title}", ""]
-    if before:
-        lines += [before, ""]
-    lines += [markdown_table(header, rows), ""]
-    if after:
-        lines += [after, ""]
-    return lines
+def values(found: list[dict], *path: str) -> list:
+    """``run[path[0]][path[1]]...`` of every run found."""
+    out = []
+    for run in found:
+        for key in path:
+            run = run[key]
+        out.append(run)
+    return out
 
 
-def report(runs: dict[str, list[dict]], settings) -> str:
-    ok = {k: [r for r in v if "error" not in r] for k, v in runs.items()}
-    lines = [
-        "# Small ODE models against Stan",
-        "",
-        "`.venv/bin/python benchmarks/small_odes.py` (a row may come from a later "
-        "run of some kinds or models: `--models`, `--skip`); medians over the "
-        "interleaved rounds of fresh processes (3 unless `--rounds`), caches filled "
-        "by a first, untimed process.",
-        "",
-    ]
-    for key, values in runs.items():
-        for run in values:
-            if "error" in run:
-                lines.append(f"* {key} failed: `{run['error'][-300:]}`")
+def startup_rows(ok: dict) -> list[list]:
     rows = []
-    for name in MODELS:  # stored runs too
-        for route in ("ours", "cfunc"):
-            found = ok.get(f"startup|{name}|{route}", [])
-            if not found:
-                continue
-            phase = {
-                p: median([r["phases"][p] for r in found]) for p in found[0]["phases"]
-            }
-            rows.append(
-                [
-                    name,
-                    "host callbacks" if route == "ours" else "nutpie's numba.cfunc",
-                    f"{phase['imports+build']:.2f}",
-                    f"{phase['compile']:.2f}",
-                    f"{phase['first call']:.3f}",
-                    f"{phase['compile'] + phase['first call']:.2f}",
-                ]
-            )
-    if rows:
-        lines += section(
-            "Start-up of a second process (s)",
-            [
-                "model",
-                "nutpie calls",
-                "imports + build",
-                "compile_pymc_model",
-                "first call",
-                "compile + first call",
-            ],
-            rows,
-        )
-    rows = []
-    for name in MODELS:  # stored runs too
-        found = ok.get(f"per_call|{name}|ours", [])
+    for name, route in itertools.product(MODELS, ("ours", "cfunc")):
+        found = ok.get(f"startup|{name}|{route}", [])
         if found:
-            ours, jax_ = (
-                median([r["ours"] for r in found]),
-                median([r["jax"] for r in found]),
-            )
-            rows.append(
-                [name, f"{ours * 1e6:.0f}", f"{jax_ * 1e6:.0f}", f"{ours / jax_:.2f}"]
-            )
-    if rows:
-        lines += section(
-            "Value and gradient per call (µs)",
-            ["model", "ours (nutpie's C call)", "pure JAX", "ratio"],
-            rows,
-        )
+            phase = {p: median(values(found, "phases", p)) for p in found[0]["phases"]}
+            calls = "host callbacks" if route == "ours" else "nutpie's numba.cfunc"
+            rows.append([name, calls, f"{phase['imports+build']:.2f}"])
+            rows[-1] += [f"{phase['compile']:.2f}", f"{phase['first call']:.3f}"]
+            rows[-1].append(f"{phase['compile'] + phase['first call']:.2f}")
+    return rows
+
+
+def per_call_rows(ok: dict) -> list[list]:
+    rows = []
+    for name in MODELS:
+        if found := ok.get(f"per_call|{name}|ours", []):
+            ours, jax_ = median(values(found, "ours")), median(values(found, "jax"))
+            rows.append([name, f"{ours * 1e6:.0f}", f"{jax_ * 1e6:.0f}"])
+            rows[-1].append(f"{ours / jax_:.2f}")
+    return rows
+
+
+def chains_rows(ok: dict) -> list[list]:
     rows = []
     routes = {"ours": "nutpie, chains on threads", "processes": "chains in processes"}
-    for name in MODELS:  # stored runs too
-        for route, what in routes.items():
-            one = ok.get(f"chains|{name}|{route}|cores=1", [])
-            two = ok.get(f"chains|{name}|{route}|cores=2", [])
-            if not (one and two):
-                continue
-            speedups = [a["seconds"] / b["seconds"] for a, b in zip(one, two)]
-            allowed = [sum(r["steps"]) / max(r["steps"]) for r in two]
-            per_gradient = [
-                r["seconds"] / sum(r["steps"]) * 1e6 * cores
-                for cores, found in ((1, one), (2, two))
-                for r in found
-            ]
-            rows.append(
-                [
-                    name,
-                    what,
-                    f"{median([r['seconds'] for r in one]):.2f}",
-                    f"{median([r['seconds'] for r in two]):.2f}",
-                    ", ".join(f"{s:.2f}" for s in speedups),
-                    f"{median(speedups):.2f}",
-                    f"{median(allowed):.2f}",
-                    f"{median(per_gradient[: len(one)]):.0f}",
-                    f"{median(per_gradient[len(one) :]):.0f}",
-                ]
-            )
-    if rows:
-        lines += section(
-            f"Two chains ({CHAIN_LENGTH} + {CHAIN_LENGTH}), cores=1 against cores=2",
-            [
-                "model",
-                "route",
-                "cores=1 (s)",
-                "cores=2 (s)",
-                "speed-up, per round",
-                "median",
-                "allowed by the chains' lengths",
-                "µs per gradient per core, cores=1",
-                "cores=2",
-            ],
-            rows,
-            before=(
-                "Chains in processes: one worker per core, pinned to it, sampling its "
-                "chains with nutpie's `cores=1`; the time is from the first worker's "
-                "start of `nutpie.sample` to the last one's end, after each one's first "
-                "call of the log-density (chains on threads: `nutpie.sample` after a "
-                "first call and a short untimed sample). Each route's cores=1 is its "
-                "own: one pinned process, or one unpinned process whose XLA pool keeps "
-                "about 1.5 cores busy; compare routes by their cores=2 times. µs per "
-                "gradient per core: the time x cores over all leapfrog steps, warm-up "
-                "included."
-            ),
-        )
-    rows = []
-    for name in MODELS:  # stored runs too
-        found = ok.get(f"neighbours|{name}|ours", [])
-        if not found:
+    for name, (route, what) in itertools.product(MODELS, routes.items()):
+        one = ok.get(f"chains|{name}|{route}|cores=1", [])
+        two = ok.get(f"chains|{name}|{route}|cores=2", [])
+        if not (one and two):
             continue
-        per_gradient = {
+        speedups = [a["seconds"] / b["seconds"] for a, b in zip(one, two)]
+        allowed = [sum(r["steps"]) / max(r["steps"]) for r in two]
+        per_gradient = [
+            [r["seconds"] / sum(r["steps"]) * 1e6 * cores for r in found]
+            for cores, found in ((1, one), (2, two))
+        ]
+        rows.append(
+            [name, what, *(f"{median(values(x, 'seconds')):.2f}" for x in (one, two))]
+        )
+        rows[-1] += [", ".join(f"{s:.2f}" for s in speedups), f"{median(speedups):.2f}"]
+        rows[-1] += [
+            f"{median(allowed):.2f}",
+            *(f"{median(p):.0f}" for p in per_gradient),
+        ]
+    return rows
+
+
+def neighbours_rows(ok: dict) -> list[list]:
+    rows = []
+    for name in MODELS:
+        runs = [run for r in ok.get(f"neighbours|{name}|ours", []) for run in r["runs"]]
+        if not runs:
+            continue
+        us = {
             phase: median(
-                [
-                    run["seconds"] / run["steps"] * 1e6
-                    for r in found
-                    for run in r["runs"]
-                    if run["phase"] == phase
-                ]
+                [r["seconds"] / r["steps"] * 1e6 for r in runs if r["phase"] == phase]
             )
             for phase in NEIGHBOUR_PHASES
         }
-        idle = per_gradient["idle"]
-        rows.append(
-            [name]
-            + [f"{per_gradient[p]:.0f}" for p in NEIGHBOUR_PHASES]
-            + [
-                f"{per_gradient['calls'] / idle:.3f}",
-                f"{per_gradient['sampling'] / idle:.3f}",
-                f"{2 * idle / per_gradient['sampling']:.2f}",
-            ]
-        )
-    if rows:
-        lines += section(
-            "A chain in a pinned process beside an idle, a calling and a sampling core",
-            [
-                "model",
-                "µs per gradient, neighbour idle",
-                "calling",
-                "sampling",
-                "calling over idle",
-                "sampling over idle",
-                "two equal chains could reach",
-            ],
-            rows,
-            before=(
-                "One seeded chain of 1000 + 1000 (the same gradients each time) sampled "
-                "by a process pinned to core 0 while a process pinned to core 1 idles, "
-                "calls the log-density, or samples; 2 alternations of the 3 phases per "
-                "round, medians over all. Two chains of equal length in processes "
-                "could reach 2 x idle over sampling."
-            ),
-        )
+        rows.append([name, *(f"{us[p]:.0f}" for p in NEIGHBOUR_PHASES)])
+        rows[-1] += [
+            f"{us['calls'] / us['idle']:.3f}",
+            f"{us['sampling'] / us['idle']:.3f}",
+        ]
+        rows[-1].append(f"{2 * us['idle'] / us['sampling']:.2f}")
+    return rows
+
+
+def pinned_rows(ok: dict) -> list[list]:
     rows = []
-    for name in MODELS:  # stored runs too
+    for name in MODELS:
         alone = ok.get(f"pinned_calls|{name}|processes=1", [])
         # Rounds whose two processes measured at the same time: each started
         # measuring at the agreed time, not after its partner may have ended.
@@ -977,204 +750,148 @@ def report(runs: dict[str, list[dict]], settings) -> str:
             both = [median([x for p in r["processes"] for x in p[who]]) for r in pair]
             row += [f"{1e6 / one:.0f}", f"{2 * median(both) / one:.2f}"]
         # Per round, pure JAX's calls per second over ours (interleaved, alone).
-        ratios = [
-            jax / ours
-            for r in alone
-            for ours, jax in zip(r["processes"][0]["ours"], r["processes"][0]["jax"])
-        ]
-        row.insert(3, f"{median(ratios):.2f}")
-        rows.append(row)
-    if rows:
-        lines += section(
-            "Calls from processes pinned to one core each, without the sampler",
-            [
-                "model",
-                "ours: µs per call, alone",
-                "ours: throughput, 2 processes over 1",
-                "ours over pure JAX, per call alone",
-                "pure JAX: µs per call, alone",
-                "pure JAX: throughput, 2 processes over 1",
-            ],
-            rows,
-            before=(
-                "Value and gradient at the start point, called as fast as possible from "
-                "one thread of a process pinned to core 0, alone, and from two such "
-                "processes (cores 0 and 1) measuring at the same time (5 interleaved "
-                "rounds of 1 s each): what two chains in processes may reach here."
-            ),
-        )
+        first = [r["processes"][0] for r in alone]
+        ratios = [j / o for p in first for o, j in zip(p["ours"], p["jax"])]
+        rows.append([*row[:3], f"{median(ratios):.2f}", *row[3:]])
+    return rows
+
+
+def parallel_rows(ok: dict) -> list[list]:
     rows = []
-    for name in MODELS:  # stored runs too
+    for name in MODELS:
         found = ok.get(f"parallel_calls|{name}|ours", [])
         if not found:
             continue
-        row = [name]
+        rows.append([name])
         for who in ("ours", "jax"):
             # Per round: two threads' calls per second over one thread's.
-            ratios = [
-                two / one
-                for run in found
-                for one, two in zip(run[f"{who}|1"], run[f"{who}|2"])
-            ]
+            pairs = [zip(run[f"{who}|1"], run[f"{who}|2"]) for run in found]
+            ratios = [two / one for pair in pairs for one, two in pair]
             one = median([rate for run in found for rate in run[f"{who}|1"]])
             busy = median([b for run in found for b in run[f"{who}|1|cores busy"]])
-            row += [f"{1e6 / one:.0f}", f"{busy:.2f}", f"{median(ratios):.2f}"]
-        rows.append(row)
-    if rows:
-        lines += section(
-            "Calls from two threads at once, without the sampler",
-            [
-                "model",
-                "ours: µs per call, 1 thread",
-                "cores busy",
-                "ours: throughput, 2 threads over 1",
-                "pure JAX: µs per call, 1 thread",
-                "cores busy",
-                "pure JAX: throughput, 2 threads over 1",
-            ],
-            rows,
-            before=(
-                "Value and gradient at the start point, called as fast as possible "
-                "from one thread, then from two (7 interleaved rounds of 1 s in one "
-                "process, per round the ratio of calls per second). Cores busy: "
-                "the process's CPU seconds per second with one thread calling "
-                "(XLA's CPU runtime runs the program on its own threads)."
-            ),
-        )
+            rows[-1] += [f"{1e6 / one:.0f}", f"{busy:.2f}", f"{median(ratios):.2f}"]
+    return rows
+
+
+def threads_rows(ok: dict) -> list[list]:
     found = ok.get("threads|pk|jax", [])
-    if found:
-        rows = []
-        for kind, what in (
-            ("solve", "2 x 2 solves (LAPACK getrf, trsm)"),
-            ("product", "2 x 2 products"),
-        ):
-            one = median([r[f"{kind}|1"] for r in found])
-            two = median([r[f"{kind}|2"] for r in found])
+    rows = []
+    for kind, what in (
+        ("solve", "2 x 2 solves (LAPACK getrf, trsm)"),
+        ("product", "2 x 2 products"),
+    ):
+        if found:
+            one, two = (median(values(found, f"{kind}|{n}")) for n in (1, 2))
             rows.append(
                 [what, f"{one * 1e6:.0f}", f"{two * 1e6:.0f}", f"{one / two:.2f}"]
             )
-        lines += section(
-            "Pure JAX with LAPACK, from two threads (no model, no nutpie, not this package's lowering): why `pk`'s chains did not run in parallel with LAPACK",
-            [
-                "a jitted loop of",
-                "µs per call, 1 thread",
-                "µs per call, 2 threads at once",
-                "throughput, 2 threads over 1",
-            ],
-            rows,
+    return rows
+
+
+FIT_ROUTES = {
+    "ours": "ours (nutpie, cores=2)",
+    "processes": "ours (chains in 2 processes)",
+    "stan": "Stan (PyStan, cached build)",
+}
+
+
+def fit_row(name: str, route: str, found: list[dict], stan_runs: list[dict]) -> list:
+    """One row of the whole-fit table: medians over the runs ``found``."""
+    whole = median(values(found, "phases", "whole"))
+    ess = median([min(s["ess_bulk"] for s in r["summary"].values()) for r in found])
+    stan_whole = median(values(stan_runs, "phases", "whole")) if stan_runs else math.nan
+    per_gradient = math.nan
+    if route != "stan":
+        per_gradient = median(
+            [2 * r["phases"]["sampling"] / r["gradients"] * 1e6 for r in found]
         )
+    r_hat = max(max(s["r_hat"] for s in r["summary"].values()) for r in found)
+    phases = {
+        p: median(values(found, "phases", p))
+        for p in ("imports+build", "compile", "sampling")
+    }
+    return [
+        name,
+        FIT_ROUTES[route],
+        f"{whole:.1f}",
+        f"{whole / stan_whole:.2f}",
+        f"{phases['imports+build']:.1f}",
+        f"{phases['compile']:.2f}",
+        f"{phases['sampling']:.1f}",
+        f"{ess:.0f}",
+        f"{ess / whole:.1f}",
+        f"{r_hat:.3f}",
+        f"{median(values(found, 'divergences')):.0f}",
+        f"{median(values(found, 'gradients per draw')):.1f}",
+        "" if math.isnan(per_gradient) else f"{per_gradient:.0f}",
+    ]
+
+
+def fit_sections(ok: dict, text: dict[str, str]) -> list[str]:
+    """The whole-fit table, a note on older runs, and each posterior against Stan's."""
     rows, agreement, own_time_only = [], [], []
-    for name in MODELS:  # stored runs too
+    for name, route in itertools.product(MODELS, FIT_ROUTES):
         stan_runs = ok.get(f"fit|{SAME_STAN_PROGRAM.get(name, name)}|stan", [])
-        for route in ("ours", "processes", "stan"):
-            found = ok.get(f"fit|{name}|{route}", [])
-            if not found:
-                continue
-            whole = median([r["phases"]["whole"] for r in found])
-            ess = median(
-                [min(s["ess_bulk"] for s in r["summary"].values()) for r in found]
-            )
-            stan_whole = (
-                median([r["phases"]["whole"] for r in stan_runs])
-                if stan_runs
-                else float("nan")
-            )
-            sampling = median([r["phases"]["sampling"] for r in found])
-            if route == "processes" and any(
-                "sampling, the slowest worker's own" not in r["phases"] for r in found
-            ):
-                own_time_only.append(name)
-            per_gradient = (
-                median(
-                    [2 * r["phases"]["sampling"] / r["gradients"] * 1e6 for r in found]
-                )
-                if route != "stan"
-                else float("nan")
-            )
-            rows.append(
-                [
-                    name,
-                    {
-                        "ours": "ours (nutpie, cores=2)",
-                        "processes": "ours (chains in 2 processes)",
-                        "stan": "Stan (PyStan, cached build)",
-                    }[route],
-                    f"{whole:.1f}",
-                    f"{whole / stan_whole:.2f}",
-                    f"{median([r['phases']['imports+build'] for r in found]):.1f}",
-                    f"{median([r['phases']['compile'] for r in found]):.2f}",
-                    f"{sampling:.1f}",
-                    f"{ess:.0f}",
-                    f"{ess / whole:.1f}",
-                    f"{max(max(s['r_hat'] for s in r['summary'].values()) for r in found):.3f}",
-                    f"{median([r['divergences'] for r in found]):.0f}",
-                    f"{median([r['gradients per draw'] for r in found]):.1f}",
-                    "" if per_gradient != per_gradient else f"{per_gradient:.0f}",
-                ]
-            )
-            if route != "stan" and stan_runs:
-                agreement.append((f"{name}, {route}", found, stan_runs))
-    if rows:
-        lines += section(
-            "Whole fits: 4 chains of 1000 + 1000",
-            [
-                "model",
-                "route",
-                "whole (s)",
-                "x Stan",
-                "imports + build",
-                "compile",
-                "sampling",
-                "min bulk ESS",
-                "ESS/s",
-                "max R-hat",
-                "divergences",
-                "gradients per draw",
-                "µs per gradient per core",
-            ],
-            rows,
-            after=(
-                "whole: the process, first line to the posterior in memory (interpreter "
-                "start-up aside). Chains in processes: compile is the workers' start-up "
-                "(their imports, compilation and first call, beside each other), "
-                "sampling from the first worker's start of sampling to the last one's "
-                "end. µs per gradient per core: sampling seconds x 2 cores over all "
-                "leapfrog steps, warm-up included."
-            ),
-        )
-        if own_time_only:
-            lines += [
-                f"Fits in processes of {', '.join(own_time_only)} were stored before "
-                "the span was recorded: their sampling is the slowest worker's own "
-                "(in the two-chain runs the span was at most 0.04 s longer).",
-                "",
-            ]
-    for name, ours, stan_runs in agreement:
-        worst = []
-        for run in stan_runs:  # runs stored before scalars lost PyStan's [0]
-            for scalar in [k for k in run["summary"] if k.endswith("[0]")]:
-                if scalar[:-3] in ours[0]["summary"]:
-                    run["summary"][scalar[:-3]] = run["summary"].pop(scalar)
-        for scalar in ours[0]["summary"]:
-            ours_mean = median([r["summary"][scalar]["mean"] for r in ours])
-            stan_mean = median([r["summary"][scalar]["mean"] for r in stan_runs])
-            error = max(
-                (
-                    ours[0]["summary"][scalar]["mcse_mean"] ** 2
-                    + stan_runs[0]["summary"][scalar]["mcse_mean"] ** 2
-                )
-                ** 0.5,
-                1e-12,
-            )
-            worst.append(
-                ((ours_mean - stan_mean) / error, scalar, ours_mean, stan_mean)
-            )
-        z, scalar, a, b = max(worst, key=lambda w: abs(w[0]))
-        lines.append(
-            f"* `{name}`: posterior means against Stan's, the largest difference in "
-            f"Monte Carlo standard errors: {z:+.1f} ({scalar}: {a:.4g} against {b:.4g})."
-        )
-    return "\n".join(lines) + "\n"
+        if not (found := ok.get(f"fit|{name}|{route}", [])):
+            continue
+        if route == "processes" and any(
+            "sampling, the slowest worker's own" not in r["phases"] for r in found
+        ):
+            own_time_only.append(name)
+        rows.append(fit_row(name, route, found, stan_runs))
+        if route != "stan" and stan_runs:
+            agreement.append(against_stan(f"{name}, {route}", found, stan_runs))
+    sections = [fill(text["fit"], rows)] if rows else []
+    if rows and own_time_only:
+        sections.append(fill(text["own_time_only"], models=", ".join(own_time_only)))
+    lines = [fill(text["agreement"], **fields) for fields in agreement]
+    return sections + (["\n".join(lines)] if lines else [])
+
+
+def against_stan(name: str, ours: list[dict], stan_runs: list[dict]) -> dict:
+    """The posterior mean farthest from Stan's, in Monte Carlo standard errors."""
+    for run in stan_runs:  # runs stored before scalars lost PyStan's [0]
+        for scalar in [k for k in run["summary"] if k.endswith("[0]")]:
+            if scalar[:-3] in ours[0]["summary"]:
+                run["summary"][scalar[:-3]] = run["summary"].pop(scalar)
+    worst = []
+    for scalar in ours[0]["summary"]:
+        ours_mean = median([r["summary"][scalar]["mean"] for r in ours])
+        stan_mean = median([r["summary"][scalar]["mean"] for r in stan_runs])
+        mcse = [runs[0]["summary"][scalar]["mcse_mean"] for runs in (ours, stan_runs)]
+        error = max((mcse[0] ** 2 + mcse[1] ** 2) ** 0.5, 1e-12)
+        worst.append(((ours_mean - stan_mean) / error, scalar, ours_mean, stan_mean))
+    z, scalar, a, b = max(worst, key=lambda w: abs(w[0]))
+    return {"name": name, "z": z, "scalar": scalar, "ours": a, "stan": b}
+
+
+#: The tables, in order: their blocks in ``texts/small_odes.md``, their rows.
+TABLES = {
+    "startup": startup_rows,
+    "per_call": per_call_rows,
+    "chains": chains_rows,
+    "neighbours": neighbours_rows,
+    "pinned": pinned_rows,
+    "parallel": parallel_rows,
+    "threads": threads_rows,
+}
+
+
+def report(runs: dict[str, list[dict]]) -> str:
+    """The markdown tables of every stored run (of every model, not only those run)."""
+    text = _report.texts("small_odes")
+    ok = {k: [r for r in v if "error" not in r] for k, v in runs.items()}
+    failed = [
+        f"* {key} failed: `{r['error'][-300:]}`"
+        for key, found in runs.items()
+        for r in found
+        if "error" in r
+    ]
+    sections = [text["intro"], *(["\n".join(failed)] if failed else [])]
+    for key, rows_of in TABLES.items():
+        if rows := rows_of(ok):
+            sections.append(fill(text[key], rows, length=CHAIN_LENGTH))
+    return "\n\n".join(sections + fit_sections(ok, text)) + "\n"
 
 
 def parse_args(argv=None):
@@ -1192,12 +909,27 @@ def parse_args(argv=None):
     settings.models = [m for m in settings.models.split(",") if m]
     skipped = {k for k in settings.skip.split(",") if k}
     settings.kinds = [k for k in KINDS if k not in skipped]
-    settings.command = [
-        ".venv/bin/python",
-        "benchmarks/small_odes.py",
-        *(argv or sys.argv[1:]),
-    ]
     return settings
+
+
+def warm_caches(rounds: list[list[dict]], caches: Path, timeout: float) -> None:
+    """Fill each folder of caches once, untimed."""
+    warmed = set()
+    for spec in {label(s): s for s in rounds[0]}.values():
+        route = spec.get("route", "ours")
+        folder = (spec["model"], "ours" if route in WARMED_AS_OURS else route)
+        if folder in warmed or route == "jax":
+            continue
+        warmed.add(folder)
+        print("warming", folder, flush=True)
+        warm_spec = (
+            {**spec, "build only": True}
+            if route == "stan"
+            else {"kind": "startup", "model": spec["model"], "route": folder[1]}
+        )
+        result = run_child(warm_spec, caches, timeout)
+        if "error" in result:
+            print(result["error"], flush=True)
 
 
 def main(argv=None) -> None:
@@ -1212,53 +944,24 @@ def main(argv=None) -> None:
         os.environ.update(
             checkout_startup(Path(tempfile.mkdtemp(prefix="small_odes-")))
         )
-    results = HERE / "results"
-    if settings.report:
-        runs = json.loads((results / "small_odes.json").read_text())
-        settings.rounds = max(len(v) for v in runs.values())
-        text = report(runs, settings)
-        (results / "small_odes.md").write_text(text)
-        print(text)
-        return
     # A run of some kinds or models replaces their stored runs, keeps the others.
-    stored = results / "small_odes.json"
-    runs: dict[str, list[dict]] = (
-        json.loads(stored.read_text()) if stored.exists() else {}
-    )
-    ran: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="small_odes-") as folder:
-        caches = Path(folder)
-        rounds = plan(settings)
-        warm = {label(s): dict(s) for s in rounds[0]}
-        warmed = set()
-        for spec in warm.values():  # fill each folder of caches once, untimed
-            route = spec.get("route", "ours")
-            folder = (spec["model"], "ours" if route in WARMED_AS_OURS else route)
-            if folder in warmed or route == "jax":
-                continue
-            warmed.add(folder)
-            print("warming", folder, flush=True)
-            warm_spec = (
-                {**spec, "build only": True}
-                if route == "stan"
-                else {"kind": "startup", "model": spec["model"], "route": folder[1]}
-            )
-            result = run_child(warm_spec, caches, settings.timeout)
-            if "error" in result:
-                print(result["error"], flush=True)
-        for round_, specs in enumerate(rounds):
-            for spec in specs:
-                result = run_child(spec, caches, settings.timeout)
-                if label(spec) not in ran:
-                    ran.add(label(spec))
-                    runs[label(spec)] = []
-                runs[label(spec)].append(result)
-                shown = {k: v for k, v in result.items() if k != "summary"}
-                print(f"round {round_}: {label(spec)}: {shown}", flush=True)
-    stored.write_text(json.dumps(runs, indent=1))
-    text = report(runs, settings)
-    (results / "small_odes.md").write_text(text)
-    print(text)
+    runs: dict[str, list[dict]] = _report.load("small_odes", {})
+    if not settings.report:
+        ran: set[str] = set()
+        with tempfile.TemporaryDirectory(prefix="small_odes-") as folder:
+            rounds = plan(settings)
+            warm_caches(rounds, Path(folder), settings.timeout)
+            for round_, specs in enumerate(rounds):
+                for spec in specs:
+                    result = run_child(spec, Path(folder), settings.timeout)
+                    if label(spec) not in ran:
+                        ran.add(label(spec))
+                        runs[label(spec)] = []
+                    runs[label(spec)].append(result)
+                    shown = {k: v for k, v in result.items() if k != "summary"}
+                    print(f"round {round_}: {label(spec)}: {shown}", flush=True)
+        _report.save("small_odes", runs)
+    _report.write("small_odes", report(runs))
 
 
 if __name__ == "__main__":

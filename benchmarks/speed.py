@@ -1,54 +1,26 @@
 """Speed of ``as_jax_op`` against the direct jitted JAX call and ``pytensor.wrap_jax``.
 
-Everything is measured side by side in one run, on the same machine state:
-
-* **Per call** (medians of interleaved batches): for each function and task
-  (value, value+grad, grad alone), the direct jitted JAX call
-  (``jax.jit(f)``, ``jax.jit(jax.value_and_grad(f))``, ``jax.jit(jax.grad(f))``
-  with ``jax.block_until_ready``: the physical limit), and ``as_jax_op`` and
-  ``pytensor.wrap_jax`` compiled by ``pytensor.function`` in the default
-  (Numba), C VM and JAX linkers, exactly as a user compiles them:
-  ``pytensor.function(inputs, [cost, *pt.grad(cost, inputs)])``. Every compiled
-  function is first checked against the direct JAX result. When the checkout
-  has the rewrite fusing an op's value and VJP, value+grad is also timed with
-  it excluded (Numba linker).
-* **Forward/backward split** of the ODE functions: the cost of the backward
-  pass relative to the forward one, and how many forward passes a wrapped
-  value+grad spends beyond the direct one.
-* **JAX ops inside the value+grad function**: each op's host function (what
-  the compiled function calls) on the inputs it receives, next to ``jit(f)``
-  and ``jit(value_and_grad(f))``.
-* **Compile time**: graph build, ``pytensor.function()`` and the first call
-  (which includes JAX's trace and XLA compile) of the value+grad function, per
-  linker, each with a fresh wrapper (nothing cached).
-* **Graph-build time** of one wrapped call: the first (which traces the JAX
-  function to infer output types), the same call again with inputs of the same
-  types, and ``pt.grad``.
-* **Breakdown** of the cheap function's per-call cost under the Numba linker:
-  JAX dispatch, the op's host function, Numba's object-mode entry, the
-  compiled graph and PyTensor's ``Function`` wrapper.
-
-Functions:
-
-* ``cheap``: 10-element vector -> scalar;
-* ``oscillator``: a forced damped oscillator (Tsit5, adaptive steps, 100 save
-  points); the forcing is a ``diffrax.LinearInterpolation`` of 16 knot values,
-  which are an input like the two parameters; the loss is the sum of squared
-  errors to data;
-* ``stiff``: Robertson's stiff chemical kinetics (Kvaerno5 + PID controller,
-  100 save points) with a time-varying rate interpolated from 16 knots: an
-  expensive forward solve.
+Side by side in one run: **per call** (medians of interleaved batches) of the
+value, value+grad and grad of each function, directly jitted (with
+``jax.block_until_ready``: the physical limit) and through ``as_jax_op`` and
+``pytensor.wrap_jax`` compiled by ``pytensor.function`` in the Numba (default),
+C VM and JAX linkers, each first checked against direct JAX (value+grad also
+without the rewrite fusing an op's value and VJP); the **forward/backward
+split**; each **JAX op** of the value+grad function on its inputs; **compile**
+and **graph-build** times; a **breakdown** of the cheap function's per-call
+cost under Numba. Functions: ``cheap`` (10-vector -> scalar), ``oscillator``
+(a forced damped oscillator, Tsit5, its forcing interpolated from 16 knot
+values that are an input), ``stiff`` (Robertson's kinetics, Kvaerno5).
 
 Run::
 
     .venv/bin/python benchmarks/speed.py           # everything, ~5-8 minutes
     .venv/bin/python benchmarks/speed.py --quick   # a trial run, ~1.5 minutes
+    .venv/bin/python benchmarks/speed.py --report  # the tables from the stored run
 
-``--quick`` takes fewer, shorter batches, skips the stiff case (which spends
-minutes in XLA compiles) and the grad-alone task; ``--cases`` picks cases. The
-tables are printed and written to ``benchmarks/results/speed.md``
-(``speed_quick.md`` with ``--quick``; see ``--output``). Inside the checkout,
-the checkout's modules are used.
+``--quick`` takes fewer, shorter batches, skips the stiff case and the
+grad-alone task; ``--cases`` picks cases. Writes ``benchmarks/results/speed.json``
+and ``speed.md`` (``speed_quick.*`` with ``--quick``; see ``--output``).
 """
 
 from __future__ import annotations
@@ -66,22 +38,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import _report  # noqa: E402
 import diffrax  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
-from _timing import (  # noqa: E402
-    Call,
-    Stats,
-    format_ratio,
-    format_seconds,
-    interleaved_medians,
-    machine_header,
-    markdown_table,
-    median_of,
-    time_once,
-)
+from _report import fill, format_ratio, format_seconds  # noqa: E402
+from _timing import Call, Stats, interleaved_medians, median_of, time_once  # noqa: E402
 
 import conftest  # noqa: E402, F401 - puts this checkout's modules first
 import pytensor  # noqa: E402
@@ -111,12 +75,7 @@ CASE_NAMES = ("cheap", "oscillator", "stiff")
 
 @dataclass(frozen=True)
 class Settings:
-    """How hard to measure, and what.
-
-    A quick run is a trial: fewer and shorter batches, only the cheap and
-    oscillator cases (unless ``--cases`` says otherwise) and no grad-alone task,
-    whose compilations dominate the run time.
-    """
+    """How hard to measure, and what (a quick run is a noisy trial)."""
 
     quick: bool
     repeats: int  # rounds of interleaved batches per task
@@ -144,8 +103,6 @@ class Settings:
 # ---------------------------------------------------------------------------
 # The functions
 # ---------------------------------------------------------------------------
-
-
 def cheap(x: jax.Array) -> jax.Array:
     """A cheap scalar function of a vector."""
     return jnp.sum(jnp.sin(x) ** 2 + jnp.log1p(x**2))
@@ -156,10 +113,7 @@ OSC_SAVE_TIMES = np.linspace(0.0, 20.0, 100)
 
 
 def oscillator_trajectory(theta: jax.Array, knots: jax.Array) -> jax.Array:
-    """Position of x'' + 2 zeta omega x' + omega^2 x = F(t), F interpolated from knots.
-
-    ``theta = (omega, zeta)``; ``knots`` are F at ``OSC_KNOT_TIMES``.
-    """
+    """Position of x'' + 2 zeta omega x' + omega^2 x = F(t), F interpolated from knots."""
     omega, zeta = theta[0], theta[1]
     force = diffrax.LinearInterpolation(ts=OSC_KNOT_TIMES, ys=knots)
 
@@ -170,18 +124,7 @@ def oscillator_trajectory(theta: jax.Array, knots: jax.Array) -> jax.Array:
         )
         return jnp.stack([velocity, acceleration])
 
-    solution = diffrax.diffeqsolve(
-        diffrax.ODETerm(rhs),
-        diffrax.Tsit5(),
-        t0=OSC_SAVE_TIMES[0],
-        t1=OSC_SAVE_TIMES[-1],
-        dt0=0.05,
-        y0=jnp.array([1.0, 0.0]),
-        saveat=diffrax.SaveAt(ts=OSC_SAVE_TIMES),
-        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8),
-        max_steps=100_000,
-    )
-    return solution.ys[:, 0]
+    return solve(rhs, diffrax.Tsit5(), OSC_SAVE_TIMES, 0.05, [1.0, 0.0], 1e-8)[:, 0]
 
 
 STIFF_KNOT_TIMES = np.linspace(0.0, 40.0, 16)
@@ -189,10 +132,8 @@ STIFF_SAVE_TIMES = np.linspace(0.0, 40.0, 100)
 
 
 def stiff_trajectory(theta: jax.Array, knots: jax.Array) -> jax.Array:
-    """Robertson's kinetics; the slow rate is modulated by ``exp(interpolated knots)``.
-
-    ``theta`` scales the three classic rates (0.04, 3e7, 1e4).
-    """
+    """Robertson's kinetics (rates 0.04, 3e7, 1e4 scaled by ``theta``), the slow
+    rate modulated by ``exp(interpolated knots)``."""
     k1, k2, k3 = 0.04 * theta[0], 3e7 * theta[1], 1e4 * theta[2]
     log_modulation = diffrax.LinearInterpolation(ts=STIFF_KNOT_TIMES, ys=knots)
 
@@ -201,39 +142,22 @@ def stiff_trajectory(theta: jax.Array, knots: jax.Array) -> jax.Array:
         slow = k1 * jnp.exp(log_modulation.evaluate(t)) * a
         return jnp.stack([-slow + k3 * b * c, slow - k2 * b**2 - k3 * b * c, k2 * b**2])
 
-    solution = diffrax.diffeqsolve(
+    return solve(rhs, diffrax.Kvaerno5(), STIFF_SAVE_TIMES, 1e-4, [1.0, 0, 0], 1e-10)
+
+
+def solve(rhs, solver, times, dt0, y0, atol) -> jax.Array:
+    """The states at ``times`` (PID controller, rtol 1e-6)."""
+    return diffrax.diffeqsolve(
         diffrax.ODETerm(rhs),
-        diffrax.Kvaerno5(),
-        t0=STIFF_SAVE_TIMES[0],
-        t1=STIFF_SAVE_TIMES[-1],
-        dt0=1e-4,
-        y0=jnp.array([1.0, 0.0, 0.0]),
-        saveat=diffrax.SaveAt(ts=STIFF_SAVE_TIMES),
-        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-10),
+        solver,
+        t0=times[0],
+        t1=times[-1],
+        dt0=dt0,
+        y0=jnp.array(y0, dtype=float),
+        saveat=diffrax.SaveAt(ts=times),
+        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=atol),
         max_steps=100_000,
-    )
-    return solution.ys
-
-
-def squared_error_loss(
-    trajectory: Callable[..., jax.Array], data: np.ndarray, name: str
-) -> Callable[..., jax.Array]:
-    """``sum((trajectory(theta, knots) - data) ** 2)``, named ``name``."""
-
-    def loss(theta: jax.Array, knots: jax.Array) -> jax.Array:
-        return jnp.sum((trajectory(theta, knots) - data) ** 2)
-
-    loss.__name__ = loss.__qualname__ = name
-    return loss
-
-
-def synthetic_data(
-    trajectory: Callable[..., jax.Array], theta: np.ndarray, knots: np.ndarray
-) -> np.ndarray:
-    """The trajectory at the true parameters plus 1% relative noise (fixed seed)."""
-    clean = np.asarray(jax.jit(trajectory)(theta, knots))
-    noise = np.random.default_rng(0).normal(size=clean.shape)
-    return clean + 0.01 * np.abs(clean).mean() * noise
+    ).ys
 
 
 @dataclass(frozen=True)
@@ -258,26 +182,22 @@ class Case:
         ]
 
 
-def ode_case(
-    name: str,
-    description: str,
-    trajectory: Callable[..., jax.Array],
-    truth: tuple[np.ndarray, np.ndarray],
-    unit: str,
-) -> Case:
-    """A squared-error loss on data simulated at ``truth`` (theta, knots), off by 10%."""
+def ode_case(name: str, description: str, trajectory, truth, unit: str) -> Case:
+    """A squared-error loss on data simulated at ``truth`` (theta, knots) with 1%
+    noise (fixed seed), evaluated 10% off."""
     theta, knots = truth
-    data = synthetic_data(trajectory, theta, knots)
+    clean = np.asarray(jax.jit(trajectory)(theta, knots))
+    noise = np.random.default_rng(0).normal(size=clean.shape)
+    data = clean + 0.01 * np.abs(clean).mean() * noise
+
+    def loss(theta: jax.Array, knots: jax.Array) -> jax.Array:
+        return jnp.sum((trajectory(theta, knots) - data) ** 2)
+
+    loss.__name__ = loss.__qualname__ = f"{name}_loss"
+    values = (theta * 1.1, knots + 0.1)
+    tasks = (VALUE, VALUE_GRAD, GRAD)
     return Case(
-        name=name,
-        description=description,
-        fn=squared_error_loss(trajectory, data, f"{name}_loss"),
-        values=(theta * 1.1, knots + 0.1),
-        input_names=("theta", "knots"),
-        tasks=(VALUE, VALUE_GRAD, GRAD),
-        unit=unit,
-        rtol=1e-6,
-        heavy=True,
+        name, description, loss, values, ("theta", "knots"), tasks, unit, 1e-6, True
     )
 
 
@@ -285,15 +205,15 @@ def make_cases() -> dict[str, Case]:
     """The benchmarked functions (the ODE data are simulated here)."""
     cases = [
         Case(
-            name="cheap",
-            description="sum(sin(x)**2 + log1p(x**2)), 10-vector -> scalar",
-            fn=cheap,
-            values=(np.linspace(0.1, 1.0, 10),),
-            input_names=("x",),
-            tasks=(VALUE, VALUE_GRAD),
-            unit="us",
-            rtol=1e-10,
-            heavy=False,
+            "cheap",
+            "sum(sin(x)**2 + log1p(x**2)), 10-vector -> scalar",
+            cheap,
+            (np.linspace(0.1, 1.0, 10),),
+            ("x",),
+            (VALUE, VALUE_GRAD),
+            "us",
+            1e-10,
+            False,
         ),
         ode_case(
             "oscillator",
@@ -318,14 +238,9 @@ def make_cases() -> dict[str, Case]:
 # ---------------------------------------------------------------------------
 # Building and checking the functions
 # ---------------------------------------------------------------------------
-
-
 def fresh_function(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A new function object calling ``fn``.
-
-    Wrapped ops and their jitted functions are cached by the wrapped function
-    (equal calls share them), so a fresh function makes a compile cold.
-    """
+    """A new function object calling ``fn``: wrapped ops and their jitted functions
+    are cached by the wrapped function, so a fresh one makes a compile cold."""
 
     def fresh(*args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
@@ -347,57 +262,20 @@ def direct_function(case: Case, task: str) -> Callable[..., Any]:
 
 def blocking(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` followed by ``jax.block_until_ready`` of its result."""
-
-    def call(*args: Any) -> Any:
-        return jax.block_until_ready(fn(*args))
-
-    return call
-
-
-def viewing(fn: Callable[..., Sequence[jax.Array]]) -> Callable[..., list[np.ndarray]]:
-    """``fn``, its outputs viewed as NumPy arrays (waiting for them, not copying)."""
-
-    def call(*args: Any) -> list[np.ndarray]:
-        return [np.asarray(output) for output in fn(*args)]
-
-    return call
-
-
-def task_outputs(
-    task: str, cost: pt.TensorVariable, gradients: Sequence[pt.TensorVariable]
-) -> list[pt.TensorVariable]:
-    """What a user compiles for a task."""
-    return {
-        VALUE: [cost],
-        VALUE_GRAD: [cost, *gradients],
-        GRAD: list(gradients),
-    }[task]
-
-
-def flat_results(result: Any) -> list[np.ndarray]:
-    """The arrays of a (possibly nested) result, as NumPy arrays."""
-    return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(result)]
+    return lambda *args: jax.block_until_ready(fn(*args))
 
 
 def check_equal(got: Any, expected: Any, rtol: float, label: str) -> None:
     """Assert a compiled function gave the direct JAX result."""
-    got, expected = flat_results(got), flat_results(expected)
+    got, expected = (
+        [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(result)]
+        for result in (got, expected)
+    )
     if len(got) != len(expected):
         raise AssertionError(f"{label}: {len(got)} outputs, expected {len(expected)}")
     for k, (g, e) in enumerate(zip(got, expected)):
         atol = rtol * max(float(np.max(np.abs(e), initial=0.0)), 1e-300)
-        np.testing.assert_allclose(
-            g, e, rtol=rtol, atol=atol, err_msg=f"{label}, output {k}"
-        )
-
-
-@dataclass
-class CompileTimes:
-    """Seconds spent getting a value+grad function to its first result."""
-
-    build: float  # wrapped call + pt.grad (for direct: 0)
-    function: float  # pytensor.function() (for direct: 0)
-    first_call: float  # includes JAX's trace and XLA compile
+        np.testing.assert_allclose(g, e, rtol, atol, err_msg=f"{label}, output {k}")
 
 
 @dataclass
@@ -409,19 +287,15 @@ class CompiledCase:
     references: dict[str, Any] = field(default_factory=dict)
     #: task -> candidate label -> timed call
     calls: dict[str, dict[str, Call]] = field(default_factory=dict)
-    #: candidate label -> cold compile times of the value+grad function
-    compile_times: dict[str, CompileTimes] = field(default_factory=dict)
+    #: candidate label -> cold seconds of the value+grad function: graph build,
+    #: pytensor.function(), first call (JAX's trace and XLA compile)
+    compile_times: dict[str, list[float]] = field(default_factory=dict)
     #: (task, candidate label) -> compiled PyTensor function
     functions: dict[tuple[str, str], Function] = field(default_factory=dict)
 
 
 def candidate_label(wrapper: str, linker: str) -> str:
     return f"{wrapper} | {linker}"
-
-
-def fusion_rewrite_registered() -> bool:
-    """Whether this checkout fuses an op's value and VJP (then also time it off)."""
-    return FUSION_REWRITE in optdb.__db__
 
 
 def compile_case(case: Case) -> CompiledCase:
@@ -439,12 +313,12 @@ def compile_case(case: Case) -> CompiledCase:
         seconds, compiled.references[task] = time_once(fn, *case.values)
         compiled.calls[task] = {DIRECT: Call(fn, case.values)}
         if task == VALUE_GRAD:
-            compiled.compile_times[DIRECT] = CompileTimes(0.0, 0.0, seconds)
+            compiled.compile_times[DIRECT] = [0.0, 0.0, seconds]
     for linker, mode in LINKERS.items():
         for wrapper_name, wrapper in WRAPPERS.items():
             label = candidate_label(wrapper_name, linker)
             compile_candidate(compiled, label, wrapper, mode, tasks)
-    if fusion_rewrite_registered():
+    if FUSION_REWRITE in optdb.__db__:
         unfused = get_mode(None).excluding(FUSION_REWRITE)
         compile_candidate(compiled, UNFUSED, as_jax_op, unfused, (VALUE_GRAD,))
     return compiled
@@ -465,24 +339,18 @@ def compile_candidate(
     gradients = pt.grad(cost, inputs)
     build = time.perf_counter() - start
     for task in tasks:
+        outputs = {VALUE: [cost], VALUE_GRAD: [cost, *gradients], GRAD: gradients}
         function_seconds, f = time_once(
-            pytensor.function,
-            inputs,
-            task_outputs(task, cost, gradients),
-            mode=mode,
-            trust_input=True,
+            pytensor.function, inputs, outputs[task], mode=mode, trust_input=True
         )
         call = blocking(f) if mode == "JAX" else f
         first_call, result = time_once(call, *case.values)
-        check_equal(
-            result, compiled.references[task], case.rtol, f"{case.name} {task} {label}"
-        )
+        reference = compiled.references[task]
+        check_equal(result, reference, case.rtol, f"{case.name} {task} {label}")
         compiled.calls[task][label] = Call(call, case.values)
         compiled.functions[task, label] = f
         if task == VALUE_GRAD and label != UNFUSED:
-            compiled.compile_times[label] = CompileTimes(
-                build, function_seconds, first_call
-            )
+            compiled.compile_times[label] = [build, function_seconds, first_call]
 
 
 def warm_up_linkers() -> None:
@@ -501,150 +369,39 @@ def warm_up_linkers() -> None:
 
 
 # ---------------------------------------------------------------------------
-# Sections
+# Measuring: the results as data
 # ---------------------------------------------------------------------------
-
-
-@dataclass
-class CallStats:
-    """Per-call statistics of one case: task -> candidate label -> stats."""
-
-    case: Case
-    stats: dict[str, dict[str, Stats]]
-
-
-def measure_calls(compiled: CompiledCase, settings: Settings) -> CallStats:
-    """Interleaved medians of every candidate, task by task."""
-    stats = {
-        task: interleaved_medians(
-            compiled.calls[task],
-            repeats=settings.repeats,
-            batch_seconds=settings.batch_seconds,
-        )
-        for task in compiled.case.tasks
+def stats_data(stats: Stats) -> dict[str, float]:
+    return {
+        "median": stats.median,
+        "q25": stats.q25,
+        "q75": stats.q75,
+        "best": stats.best,
     }
-    return CallStats(compiled.case, stats)
 
 
-def calls_table(result: CallStats) -> str:
-    """Per-call medians of one case, one row per task and linker."""
-    unit = result.case.unit
-    rows = []
-    for task in result.case.tasks:
-        stats = result.stats[task]
-        direct = stats[DIRECT]
-        for linker in LINKERS:
-            ours = stats[candidate_label("as_jax_op", linker)]
-            theirs = stats[candidate_label("wrap_jax", linker)]
-            noise = max(direct.spread, ours.spread, theirs.spread)
-            rows.append(
-                [
-                    task,
-                    linker,
-                    format_seconds(direct.median, unit),
-                    format_seconds(ours.median, unit),
-                    format_seconds(theirs.median, unit),
-                    format_ratio(ours.median / direct.median),
-                    format_ratio(theirs.median / direct.median),
-                    format_ratio(ours.median / theirs.median),
-                    f"{100 * noise:.0f}%",
-                ]
-            )
-        if UNFUSED in stats:
-            unfused = stats[UNFUSED]
-            rows.append(
-                [
-                    task,
-                    "numba (default), value+grad fusion excluded",
-                    format_seconds(direct.median, unit),
-                    format_seconds(unfused.median, unit),
-                    "-",
-                    format_ratio(unfused.median / direct.median),
-                    "-",
-                    "-",
-                    f"{100 * max(direct.spread, unfused.spread):.0f}%",
-                ]
-            )
-    headers = [
-        "task",
-        "linker",
-        f"direct {unit}",
-        f"as_jax_op {unit}",
-        f"wrap_jax {unit}",
-        "as_jax_op x direct",
-        "wrap_jax x direct",
-        "as_jax_op / wrap_jax",
-        "noise",
-    ]
-    return markdown_table(headers, rows, numeric_from=2)
+def interleaved(calls: dict[str, Call], repeats: int, seconds: float) -> dict:
+    """:func:`interleaved_medians` of ``calls``, as data."""
+    stats = interleaved_medians(calls, repeats=repeats, batch_seconds=seconds)
+    return {name: stats_data(s) for name, s in stats.items()}
 
 
-def split_table(results: Sequence[CallStats]) -> str:
-    """Forward/backward cost split of the heavy cases."""
-    rows = []
-    for result in results:
-        if not result.case.heavy:
-            continue
-        unit = result.case.unit
-        value, value_grad = result.stats[VALUE], result.stats[VALUE_GRAD]
-        forward = value[DIRECT].median
-        backward = value_grad[DIRECT].median - forward
-        row = [
-            result.case.name,
-            format_seconds(forward, unit) + f" {unit}",
-            format_seconds(value_grad[DIRECT].median, unit) + f" {unit}",
-            format_ratio(backward / forward),
-        ]
-        for label in (
-            *(candidate_label(w, "numba (default)") for w in WRAPPERS),
-            UNFUSED,
-        ):
-            if label in value_grad:
-                extra = value_grad[label].median - value_grad[DIRECT].median
-                row.append(format_ratio(extra / forward))
-            else:
-                row.append("-")
-        rows.append(row)
-    headers = [
-        "case",
-        "forward: jit(f)",
-        "jit(value_and_grad(f))",
-        "backward / forward",
-        "extra forward passes: as_jax_op (numba)",
-        "wrap_jax (numba)",
-        "as_jax_op, fusion excluded (numba)",
-    ]
-    return markdown_table(headers, rows)
-
-
-def compile_table(compiled_cases: Sequence[CompiledCase]) -> str:
-    """Cold compile times of the value+grad function, per linker."""
-    rows = []
-    for compiled in compiled_cases:
-        for label, times in compiled.compile_times.items():
-            wrapper, _, linker = label.partition(" | ")
-            total = times.build + times.function + times.first_call
-            rows.append(
-                [
-                    compiled.case.name,
-                    wrapper,
-                    linker or "-",
-                    format_seconds(times.build, "s") if linker else "-",
-                    format_seconds(times.function, "s") if linker else "-",
-                    format_seconds(times.first_call, "s"),
-                    format_seconds(total, "s"),
-                ]
-            )
-    headers = [
-        "case",
-        "wrapper",
-        "linker",
-        "graph build s",
-        "pytensor.function() s",
-        "first call s",
-        "total s",
-    ]
-    return markdown_table(headers, rows, numeric_from=3)
+def measure_calls(compiled: CompiledCase, settings: Settings) -> dict:
+    """Per call, every candidate of one case, task by task, as data."""
+    case, repeats = compiled.case, settings.repeats
+    calls = {
+        t: interleaved(compiled.calls[t], repeats, settings.batch_seconds)
+        for t in case.tasks
+    }
+    return {
+        "name": case.name,
+        "description": case.description,
+        "unit": case.unit,
+        "tasks": list(case.tasks),
+        "heavy": case.heavy,
+        "calls": calls,
+        "compile": compiled.compile_times,
+    }
 
 
 def call_seconds(wrapper: Callable, case: Case) -> float:
@@ -656,65 +413,33 @@ def call_seconds(wrapper: Callable, case: Case) -> float:
 def grad_seconds(wrapper: Callable, case: Case) -> float:
     """Seconds of ``pt.grad`` of a wrapped call with respect to its inputs."""
     inputs = case.symbolic_inputs()
-    cost = wrapper(*inputs)
-    seconds, _ = time_once(pt.grad, cost, inputs)
+    seconds, _ = time_once(pt.grad, wrapper(*inputs), inputs)
     return seconds
 
 
-def build_row(case: Case, wrapper_name: str, settings: Settings) -> list[str]:
-    """Graph-build medians of one wrapper on one case, in milliseconds."""
+def build_seconds(case: Case, wrapper_name: str, settings: Settings) -> list[float]:
+    """Graph-build medians of one wrapper: the first call, again, ``pt.grad``."""
     decorator = WRAPPERS[wrapper_name]
     used = decorator(fresh_function(case.fn))
     used(*case.symbolic_inputs())
-    first = median_of(
+    samples = (
         lambda: call_seconds(decorator(fresh_function(case.fn)), case),
-        settings.build_repeats,
+        lambda: call_seconds(used, case),
+        lambda: grad_seconds(used, case),
     )
-    again = median_of(lambda: call_seconds(used, case), settings.build_repeats)
-    grad = median_of(lambda: grad_seconds(used, case), settings.build_repeats)
-    return [
-        case.name,
-        wrapper_name,
-        format_seconds(first.median, "ms"),
-        format_seconds(again.median, "ms"),
-        format_seconds(grad.median, "ms"),
-    ]
+    return [median_of(sample, settings.build_repeats).median for sample in samples]
 
 
-def build_table(cases: Sequence[Case], settings: Settings) -> str:
-    """Graph-build times of one wrapped call, first and repeated, and of pt.grad."""
-    rows = [
-        build_row(case, wrapper_name, settings)
-        for case in cases
-        for wrapper_name in WRAPPERS
-    ]
-    headers = [
-        "case",
-        "wrapper",
-        "first call ms (fresh wrapper: traces)",
-        "again, same input types ms",
-        "pt.grad ms",
-    ]
-    return markdown_table(headers, rows, numeric_from=2)
-
-
-# ------------------------------------------------- ops inside value+grad
 def host_function(op: OpFromJax) -> Callable[..., list[np.ndarray]]:
-    """What a compiled function calls per run of the op.
-
-    ``op.host_function()`` where the op has it (thunks hold its result),
-    else ``op.host_call``.
-    """
+    """What a compiled function calls per run of the op (``op.host_function()``
+    where the op has it, else ``op.host_call``)."""
     make = getattr(op, "host_function", None)
     return make() if make is not None else op.host_call
 
 
 def jax_op_calls(f: Function, values: Sequence[np.ndarray]) -> dict[str, Call]:
-    """Each OpFromJax node of a compiled function: its host function on its inputs.
-
-    The nodes' input values are computed by a Python-linker function of the
-    compiled graph itself (no rewrites), so they are what the nodes receive.
-    """
+    """Each OpFromJax node of a compiled function: its host function on its inputs,
+    computed by a Python-linker function of the compiled graph (no rewrites)."""
     fgraph = f.maker.fgraph
     nodes = [n for n in fgraph.toposort() if isinstance(n.op, OpFromJax)]
     needed = list(
@@ -736,61 +461,28 @@ def jax_op_calls(f: Function, values: Sequence[np.ndarray]) -> dict[str, Call]:
     return calls
 
 
-def ops_table(compiled_cases: Sequence[CompiledCase], settings: Settings) -> str:
-    """Per-call cost of each JAX op of the Numba value+grad function."""
-    rows = []
-    for compiled in compiled_cases:
-        case = compiled.case
-        label = candidate_label("as_jax_op", "numba (default)")
-        f = compiled.functions[VALUE_GRAD, label]
-        candidates = {
-            "direct jax.jit(f)": compiled.calls[VALUE][DIRECT],
-            "direct jax.jit(value_and_grad(f))": compiled.calls[VALUE_GRAD][DIRECT],
-            **jax_op_calls(f, case.values),
-            "the whole value+grad function": compiled.calls[VALUE_GRAD][label],
-        }
-        if UNFUSED in compiled.calls[VALUE_GRAD]:
-            unfused = compiled.functions[VALUE_GRAD, UNFUSED]
-            candidates |= {
-                f"fusion excluded: {name}": call
-                for name, call in jax_op_calls(unfused, case.values).items()
-            }
-            candidates["fusion excluded: the whole value+grad function"] = (
-                compiled.calls[VALUE_GRAD][UNFUSED]
-            )
-        stats = interleaved_medians(
-            candidates, repeats=settings.repeats, batch_seconds=settings.batch_seconds
-        )
-        forward = stats["direct jax.jit(f)"].median
-        rows += [
-            [
-                case.name,
-                name,
-                format_seconds(s.median, case.unit) + f" {case.unit}",
-                format_ratio(s.median / forward),
-                f"{100 * s.spread:.0f}%",
-            ]
-            for name, s in stats.items()
-        ]
-    headers = ["case", "call", "per call", "x direct jit(f)", "noise"]
-    return markdown_table(headers, rows, numeric_from=2)
+def ops_candidates(compiled: CompiledCase) -> dict[str, Call]:
+    """The JAX ops of the Numba value+grad function, next to the direct calls."""
+    case, calls = compiled.case, compiled.calls
+    label = candidate_label("as_jax_op", "numba (default)")
+    candidates = {
+        "direct jax.jit(f)": calls[VALUE][DIRECT],
+        "direct jax.jit(value_and_grad(f))": calls[VALUE_GRAD][DIRECT],
+        **jax_op_calls(compiled.functions[VALUE_GRAD, label], case.values),
+        "the whole value+grad function": calls[VALUE_GRAD][label],
+    }
+    if UNFUSED in calls[VALUE_GRAD]:
+        unfused = jax_op_calls(compiled.functions[VALUE_GRAD, UNFUSED], case.values)
+        candidates |= {f"fusion excluded: {n}": c for n, c in unfused.items()}
+        whole = "fusion excluded: the whole value+grad function"
+        candidates[whole] = calls[VALUE_GRAD][UNFUSED]
+    return candidates
 
 
 # ---------------------------------------------------------------- breakdown
-def jax_ofg_node(f: Function) -> Any:
-    """The (first) OpFromJax node of a compiled function."""
-    for node in f.maker.fgraph.toposort():
-        if isinstance(node.op, OpFromJax):
-            return node
-    raise LookupError("no OpFromJax in the compiled graph")
-
-
 def objmode_probes(node: Any) -> dict[str, Callable[[np.ndarray], Any]]:
-    """Numba functions callable from Python, from empty to the op's own code.
-
-    The op's function (``numba_funcify``) is not callable from Python on its
-    own, so it is called from a small njit function, as the linker does.
-    """
+    """Numba functions callable from Python, from empty to the op's own code (called
+    from a small njit function, as the linker calls it)."""
     output_type = get_numba_type(node.outputs[0].type)
     prebuilt = np.zeros(node.outputs[0].type.shape)
 
@@ -819,25 +511,34 @@ def objmode_probes(node: Any) -> dict[str, Callable[[np.ndarray], Any]]:
     def op_in_numba(x):
         return op_function(x)
 
-    return {
-        "empty": empty,
-        "objmode_pass": objmode_pass,
-        "objmode_trivial": objmode_trivial,
-        "op_in_numba": op_in_numba,
-    }
+    return {"c0": empty, "c1": objmode_pass, "c2": objmode_trivial, "c3": op_in_numba}
 
 
-@dataclass(frozen=True)
-class Component:
-    """One row of the breakdown."""
+#: The breakdown's rows: key, what (their calls: :func:`breakdown_calls`).
+COMPONENTS = (
+    ("a", "jax.jit(f)(x) + block_until_ready (direct)"),
+    ("a2", "op.program(x), its packed outputs as NumPy arrays (the op's jit, no copy)"),
+    (
+        "b",
+        "the op's host function (as the thunk holds it) = op.program + np.array copies",
+    ),
+    ("b2", "op.host_call(x) (the public method)"),
+    ("c0", "njit function, empty (Numba dispatch from Python)"),
+    ("c1", "njit: enter objmode, do nothing"),
+    ("c2", "njit: objmode calling a trivial Python function returning a 0-d array"),
+    ("c3", "njit: the op's Numba code (objmode + host function)"),
+    ("d0", "compiled graph's njit function (f.vm.jit_fn)"),
+    ("d1", "pytensor.function, trust_input=True"),
+    ("d2", "pytensor.function, trust_input=False (default)"),
+    ("e", "pytensor.function of the same math in PyTensor ops (Numba), trusted"),
+    ("vg-a", "value+grad: jax.jit(value_and_grad(f)) (direct)"),
+    ("vg-d1", "value+grad: pytensor.function, trust_input=True"),
+)
 
-    key: str
-    description: str
-    call: Call
 
-
-def breakdown_components(case: Case) -> list[Component]:
-    """Everything on the path of one call of the cheap case under Numba."""
+def breakdown_calls(case: Case) -> tuple[dict[str, Call], str]:
+    """Everything on the path of one call of the cheap case under Numba, by key of
+    :data:`COMPONENTS`; and the JAX ops of its value+grad graph."""
     (xv,) = case.values
     (x,) = case.symbolic_inputs()
     cost = as_jax_op(case.fn)(x)
@@ -847,79 +548,32 @@ def breakdown_components(case: Case) -> list[Component]:
     native = pytensor.function(
         [x], pt.sum(pt.sin(x) ** 2 + pt.log1p(x**2)), trust_input=True
     )
-    node = jax_ofg_node(trusted)
-    op = node.op
-    probes = objmode_probes(node)
-    direct = direct_function(case, VALUE)
-    expected = direct(xv)
-    for fn in (trusted, checked, native, probes["op_in_numba"], host_function(op)):
-        check_equal(fn(xv), expected, case.rtol, "breakdown")
-    check_equal(
-        value_grad(xv), direct_function(case, VALUE_GRAD)(xv), case.rtol, "breakdown"
-    )
-    return [
-        Component(
-            "a", "jax.jit(f)(x) + block_until_ready (direct)", Call(direct, (xv,))
-        ),
-        Component(
-            "a2",
-            "op.jitted(x), outputs viewed by np.asarray (the op's own jit, no copy)",
-            Call(viewing(op.jitted), (xv,)),
-        ),
-        Component(
-            "b",
-            "the op's host function (as the thunk holds it) = op.jitted + np.array copies",
-            Call(host_function(op), (xv,)),
-        ),
-        Component(
-            "b2", "op.host_call(x) (the public method)", Call(op.host_call, (xv,))
-        ),
-        Component(
-            "c0",
-            "njit function, empty (Numba dispatch from Python)",
-            Call(probes["empty"], (xv,)),
-        ),
-        Component(
-            "c1", "njit: enter objmode, do nothing", Call(probes["objmode_pass"], (xv,))
-        ),
-        Component(
-            "c2",
-            "njit: objmode calling a trivial Python function returning a 0-d array",
-            Call(probes["objmode_trivial"], (xv,)),
-        ),
-        Component(
-            "c3",
-            "njit: the op's Numba code (objmode + host function)",
-            Call(probes["op_in_numba"], (xv,)),
-        ),
-        Component(
-            "d0",
-            "compiled graph's njit function (f.vm.jit_fn)",
-            Call(trusted.vm.jit_fn, (xv,)),
-        ),
-        Component("d1", "pytensor.function, trust_input=True", Call(trusted, (xv,))),
-        Component(
-            "d2", "pytensor.function, trust_input=False (default)", Call(checked, (xv,))
-        ),
-        Component(
-            "e",
-            "pytensor.function of the same math in PyTensor ops (Numba), trusted",
-            Call(native, (xv,)),
-        ),
-        Component(
-            "vg-a",
-            "value+grad: jax.jit(value_and_grad(f)) (direct)",
-            Call(direct_function(case, VALUE_GRAD), (xv,)),
-        ),
-        Component(
-            "vg-d1",
-            "value+grad: pytensor.function, trust_input=True",
-            Call(value_grad, (xv,)),
-        ),
-    ]
+    nodes = trusted.maker.fgraph.toposort()
+    node = next(n for n in nodes if isinstance(n.op, OpFromJax))
+    probes, op = objmode_probes(node), node.op
+    direct, direct_vg = (direct_function(case, task) for task in (VALUE, VALUE_GRAD))
+    for fn in (trusted, checked, native, probes["c3"], host_function(op)):
+        check_equal(fn(xv), direct(xv), case.rtol, "breakdown")
+    check_equal(value_grad(xv), direct_vg(xv), case.rtol, "breakdown")
+    functions = {
+        "a": direct,
+        "a2": op.program,
+        "b": host_function(op),
+        "b2": op.host_call,
+        **probes,
+        "d0": trusted.vm.jit_fn,
+        "d1": trusted,
+        "d2": checked,
+        "e": native,
+        "vg-a": direct_vg,
+        "vg-d1": value_grad,
+    }
+    nodes = value_grad.maker.fgraph.toposort()
+    ops = ", ".join(str(n.op) for n in nodes if isinstance(n.op, OpFromJax))
+    return {key: Call(functions[key], (xv,)) for key, _ in COMPONENTS}, ops
 
 
-#: (what, formula over the component keys of :func:`breakdown_components`)
+#: (what, formula over the component keys of :data:`COMPONENTS`)
 DERIVED_COSTS: tuple[tuple[str, str], ...] = (
     ("JAX call: dispatch, run and wait (the op's jit)", "a2"),
     ("np.array copies of the outputs (+ the host function's frame)", "b - a2"),
@@ -944,69 +598,151 @@ def evaluate(formula: str, values: dict[str, float]) -> float:
     return total
 
 
-def breakdown_tables(case: Case, settings: Settings) -> str:
-    """The measured components and the costs derived from them."""
-    components = breakdown_components(case)
-    stats = interleaved_medians(
-        {c.key: c.call for c in components},
-        repeats=settings.breakdown_repeats,
-        batch_seconds=settings.breakdown_batch_seconds,
-    )
-    median = {key: s.median * 1e6 for key, s in stats.items()}
-    best = {key: s.best * 1e6 for key, s in stats.items()}
-    measured = markdown_table(
-        ["", "component", "median us", "best batch us", "noise"],
-        [
+def measure_breakdown(case: Case, settings: Settings) -> dict:
+    calls, ops = breakdown_calls(case)
+    repeats, seconds = settings.breakdown_repeats, settings.breakdown_batch_seconds
+    return {"stats": interleaved(calls, repeats, seconds), "ops": ops}
+
+
+# ---------------------------------------------------------------------------
+# The tables, from the data
+# ---------------------------------------------------------------------------
+def spread(stats: dict) -> float:
+    """Interquartile range over the median: the noise of a measurement."""
+    return (stats["q75"] - stats["q25"]) / stats["median"] if stats["median"] else 0.0
+
+
+def noise(*stats: dict) -> str:
+    """The largest :func:`spread`, in percent."""
+    return f"{100 * max(spread(s) for s in stats):.0f}%"
+
+
+def calls_rows(case: dict) -> list[list]:
+    """Per-call medians of one case, one row per task and linker."""
+    unit, rows = case["unit"], []
+    for task in case["tasks"]:
+        stats = case["calls"][task]
+        direct = stats[DIRECT]
+        for linker in LINKERS:
+            ours = stats[candidate_label("as_jax_op", linker)]
+            theirs = stats[candidate_label("wrap_jax", linker)]
+            d, o, t = (s["median"] for s in (direct, ours, theirs))
+            rows.append([task, linker, *(format_seconds(x, unit) for x in (d, o, t))])
+            rows[-1] += [format_ratio(x) for x in (o / d, t / d, o / t)]
+            rows[-1].append(noise(direct, ours, theirs))
+        if UNFUSED in stats:
+            d, u = direct["median"], stats[UNFUSED]["median"]
+            rows.append([task, "numba (default), value+grad fusion excluded"])
+            rows[-1] += [format_seconds(d, unit), format_seconds(u, unit), "-"]
+            rows[-1] += [format_ratio(u / d), "-", "-", noise(direct, stats[UNFUSED])]
+    return rows
+
+
+def split_rows(cases: Sequence[dict]) -> list[list]:
+    """Forward/backward cost split of the heavy cases."""
+    rows = []
+    for case in (c for c in cases if c["heavy"]):
+        unit, value_grad = case["unit"], case["calls"][VALUE_GRAD]
+        forward = case["calls"][VALUE][DIRECT]["median"]
+        both = value_grad[DIRECT]["median"]
+        row = [case["name"], format_seconds(forward, unit) + f" {unit}"]
+        row += [format_seconds(both, unit) + f" {unit}"]
+        row.append(format_ratio((both - forward) / forward))
+        for label in (
+            *(candidate_label(w, "numba (default)") for w in WRAPPERS),
+            UNFUSED,
+        ):
+            extra = value_grad[label]["median"] - both if label in value_grad else None
+            row.append("-" if extra is None else format_ratio(extra / forward))
+        rows.append(row)
+    return rows
+
+
+def ops_rows(cases: Sequence[dict]) -> list[list]:
+    """Per-call cost of each JAX op of the Numba value+grad function."""
+    rows = []
+    for case in cases:
+        unit, forward = case["unit"], case["ops"]["direct jax.jit(f)"]["median"]
+        rows += [
             [
-                c.key,
-                c.description,
-                f"{median[c.key]:.2f}",
-                f"{best[c.key]:.2f}",
-                f"{100 * stats[c.key].spread:.0f}%",
-            ]
-            for c in components
-        ],
-        numeric_from=2,
-    )
-    derived = markdown_table(
-        [
-            "where the time goes",
-            "derived as",
-            "from medians us",
-            "from best batches us",
-        ],
-        [
-            [
+                case["name"],
                 name,
-                formula,
-                f"{evaluate(formula, median):.2f}",
-                f"{evaluate(formula, best):.2f}",
+                format_seconds(s["median"], unit) + f" {unit}",
+                format_ratio(s["median"] / forward),
+                noise(s),
             ]
-            for name, formula in DERIVED_COSTS
-        ],
-        numeric_from=2,
-    )
-    ops = ", ".join(
-        str(node.op)
-        for node in components[-1].call.fn.maker.fgraph.toposort()
-        if isinstance(node.op, OpFromJax)
-    )
+            for name, s in case["ops"].items()
+        ]
+    return rows
+
+
+def compile_rows(cases: Sequence[dict]) -> list[list]:
+    """Cold compile times of the value+grad function, per linker."""
+    rows = []
+    for case in cases:
+        for label, (build, function, first_call) in case["compile"].items():
+            wrapper, _, linker = label.partition(" | ")
+            shown = [build, function] if linker else []
+            rows.append([case["name"], wrapper, linker or "-"])
+            rows[-1] += [format_seconds(s, "s") for s in shown] or ["-", "-"]
+            rows[-1] += [format_seconds(first_call, "s")]
+            rows[-1] += [format_seconds(build + function + first_call, "s")]
+    return rows
+
+
+def build_rows(cases: Sequence[dict]) -> list[list]:
+    """Graph-build times of one wrapped call, first and repeated, and of pt.grad."""
+    rows = [
+        [case["name"], wrapper, *(format_seconds(s, "ms") for s in seconds)]
+        for case in cases
+        for wrapper, seconds in case["build"].items()
+    ]
+    return rows
+
+
+def breakdown_tables(breakdown: dict, text: dict[str, str]) -> str:
+    """The measured components and the costs derived from them."""
+    stats = breakdown["stats"]
+    median = {key: s["median"] * 1e6 for key, s in stats.items()}
+    best = {key: s["best"] * 1e6 for key, s in stats.items()}
+    measured = [
+        [key, what, f"{median[key]:.2f}", f"{best[key]:.2f}", noise(stats[key])]
+        for key, what in COMPONENTS
+    ]
+    derived = [
+        [name, formula, *(f"{evaluate(formula, v):.2f}" for v in (median, best))]
+        for name, formula in DERIVED_COSTS
+    ]
     return (
-        f"{measured}\n\n{derived}\n\nJAX ops in the compiled value+grad graph: {ops}."
+        fill(text["breakdown"], measured)
+        + "\n\n"
+        + fill(text["derived"], derived, ops=breakdown["ops"])
     )
+
+
+def report(data: dict) -> str:
+    """The markdown report of a stored run."""
+    text, meta, cases = _report.texts("speed"), data["meta"], data["cases"]
+    batch_ms = meta["batch_seconds"] * 1e3
+    sections = [fill(text["intro"], **meta, batch_ms=batch_ms)]
+    sections += [fill(text["calls"], calls_rows(case), **case) for case in cases]
+    if any(case["heavy"] for case in cases):
+        sections.append(fill(text["split"], split_rows(cases)))
+    sections.append(fill(text["ops"], ops_rows(cases)))
+    sections.append(fill(text["compile"], compile_rows(cases)))
+    sections.append(fill(text["build"], build_rows(cases)))
+    if "breakdown" in data:
+        sections.append(breakdown_tables(data["breakdown"], text))
+    return "\n\n".join(sections) + "\n"
 
 
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="fewer, shorter batches (a noisy trial run)",
+        "--quick", action="store_true", help="fewer, shorter batches (a trial run)"
     )
     parser.add_argument(
         "--cases",
@@ -1016,70 +752,67 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--output",
         type=Path,
-        help="markdown file to write (default: benchmarks/results/speed.md, or speed_quick.md with --quick)",
+        help="markdown file to write (default: benchmarks/results/speed.md, or "
+        "speed_quick.md with --quick)",
     )
+    parser.add_argument("--report", action="store_true", help="only the tables")
     return parser.parse_args(argv)
 
 
 def progress(message: str, start: float) -> None:
-    print(
-        f"[{time.perf_counter() - start:6.1f} s] {message}", file=sys.stderr, flush=True
-    )
+    elapsed = time.perf_counter() - start
+    print(f"[{elapsed:6.1f} s] {message}", file=sys.stderr, flush=True)
 
 
-def run(case_names: Sequence[str], settings: Settings, start: float) -> list[str]:
-    """Run every section; return the report's markdown sections."""
+def measure(case_names: Sequence[str], settings: Settings) -> dict:
+    """Every section's measurements, as data."""
+    start = time.perf_counter()
     progress("preparing cases and warming up linkers", start)
     all_cases = make_cases()
-    cases = [
-        replace(case, tasks=tuple(t for t in case.tasks if t in settings.tasks))
-        for case in (all_cases[name] for name in case_names)
-    ]
     warm_up_linkers()
-    sections = []
-    compiled_cases, call_results = [], []
-    for case in cases:
+    cases, compiled = [], []
+    for name in case_names:
+        case = all_cases[name]
+        case = replace(case, tasks=tuple(t for t in case.tasks if t in settings.tasks))
         progress(f"{case.name}: compiling and checking", start)
-        compiled = compile_case(case)
-        compiled_cases.append(compiled)
+        compiled.append(compile_case(case))
         progress(f"{case.name}: timing calls", start)
-        result = measure_calls(compiled, settings)
-        call_results.append(result)
-        sections.append(
-            f"### Per call: {case.name}: {case.description}\n\n{calls_table(result)}"
-        )
-    if any(case.heavy for case in cases):
-        sections.append(
-            "### Forward/backward split (direct JAX), and the forward passes a "
-            "wrapped value+grad spends beyond it\n\n" + split_table(call_results)
-        )
+        cases.append(measure_calls(compiled[-1], settings))
     progress("JAX ops inside the value+grad functions", start)
-    sections.append(
-        "### JAX ops inside the value+grad function (as_jax_op, Numba linker): "
-        "host function of each on its actual inputs\n\n"
-        + ops_table(compiled_cases, settings)
-    )
-    sections.append(
-        "### Compile time of the value+grad function (cold: fresh wrapper per row)\n\n"
-        + compile_table(compiled_cases)
-    )
+    for case, functions in zip(cases, compiled):
+        candidates = ops_candidates(functions)
+        case["ops"] = interleaved(candidates, settings.repeats, settings.batch_seconds)
     progress("graph-build times", start)
-    sections.append(
-        "### Graph-build time of one wrapped call (median)\n\n"
-        + build_table(cases, settings)
-    )
+    for case, functions in zip(cases, compiled):
+        builds = {w: build_seconds(functions.case, w, settings) for w in WRAPPERS}
+        case["build"] = builds
+    data: dict[str, Any] = {"cases": cases}
     if "cheap" in case_names:
         progress("breakdown of the cheap case", start)
-        sections.append(
-            "### Breakdown: cheap function, value, Numba linker (median us per call)\n\n"
-            + breakdown_tables(all_cases["cheap"], settings)
-        )
-    return sections
+        data["breakdown"] = measure_breakdown(all_cases["cheap"], settings)
+    versions = {
+        "PyTensor": pytensor.__version__,
+        "JAX": jax.__version__,
+        "Numba": numba.__version__,
+        "diffrax": diffrax.__version__,
+        "NumPy": np.__version__,
+    }
+    data["meta"] = _report.meta("python benchmarks/speed.py", versions) | {
+        "run": "quick trial run (--quick)" if settings.quick else "full run",
+        "elapsed": time.perf_counter() - start,
+        "repeats": settings.repeats,
+        "batch_seconds": settings.batch_seconds,
+    }
+    return data
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     settings = Settings.make(args.quick)
+    name = "speed_quick" if settings.quick else "speed"
+    if args.report:
+        _report.write(name, report(_report.load(name)), args.output)
+        return
     case_names = (
         [name.strip() for name in args.cases.split(",") if name.strip()]
         if args.cases
@@ -1088,37 +821,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     unknown = set(case_names) - set(CASE_NAMES)
     if unknown:
         raise SystemExit(f"unknown cases {sorted(unknown)}; choose from {CASE_NAMES}")
-    start = time.perf_counter()
     with warnings.catch_warnings():
         # wrap_jax runs under Numba through the generic object-mode fallback,
         # which warns at every compile.
         warnings.filterwarnings("ignore", message="Numba will use object mode")
-        sections = run(case_names, settings, start)
-    elapsed = time.perf_counter() - start
-    versions = {
-        "PyTensor": pytensor.__version__,
-        "JAX": jax.__version__,
-        "Numba": numba.__version__,
-        "diffrax": diffrax.__version__,
-        "NumPy": np.__version__,
-    }
-    run_kind = "quick trial run (--quick)" if settings.quick else "full run"
-    header = (
-        "## Speed of as_jax_op vs direct jax.jit and pytensor.wrap_jax\n\n"
-        f"{machine_header(versions)}\n\n"
-        f"{run_kind}, {elapsed:.0f} s. Per-call times: median of {settings.repeats} "
-        f"interleaved batches of ~{settings.batch_seconds * 1e3:.0f} ms per candidate; "
-        "'noise' is the largest interquartile range / median in the row. Compiled "
-        "functions use trust_input=True and are checked against direct JAX before timing."
-    )
-    report = "\n\n".join([header, *sections]) + "\n"
-    print(report)
-    output = args.output or ROOT / "benchmarks" / "results" / (
-        "speed_quick.md" if settings.quick else "speed.md"
-    )
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(report)
-    print(f"written to {output}", file=sys.stderr)
+        data = measure(case_names, settings)
+    _report.save(name, data)
+    _report.write(name, report(data), args.output)
 
 
 if __name__ == "__main__":

@@ -8,22 +8,15 @@ line to ``benchmarks/results/stan_ode.jsonl``; ``--report`` writes the tables of
     .venv/bin/python benchmarks/stan_ode.py --run cost # one of them
     .venv/bin/python benchmarks/stan_ode.py --report
 
-Runs:
-
-* ``cost``: milliseconds per value-and-gradient call of a stiff solve
-  (Robertson's chemical kinetics, ``Kvaerno5``, 40 output times) with
-  ``max_steps`` 4096, 1e5, 1e8, 1e8 with 1000 checkpoints, and the settings
-  :func:`pytensor.compile.jax_ofg.diffrax_settings` gives for ``integrate_ode_bdf``'s defaults.
-* ``fit:<sampler>:<start>[:<chain_method>]``: the lynx-hare model of
-  ``examples/stan_ode.py`` (the case study's ``integrate_ode_rk45`` at 1e-5,
-  1e-3, 500 steps), 4 chains of 1000 + 1000, seed 1: wall time of
-  ``pm.sample`` (compilation included), divergences, worst R-hat, smallest bulk
-  ESS over the 8 parameters. ``start``: ``default`` (PyMC's initial point,
-  jittered as each sampler does), ``prior`` (``initvals`` at the priors'
-  locations: ``mu`` of each normal, ``exp(mu)`` of each log-normal) or ``stan``
-  (:func:`pytensor.compile.jax_ofg.stan_initvals`: uniform in (-2, 2) on the unconstrained
-  scale, one point per chain). ``tight`` in place of a chain method: the solve
-  at rtol = atol = 1e-8 instead of the case study's tolerances.
+Runs (:data:`RUNS`): ``cost`` (a stiff solve's value and gradient per call
+with ``max_steps`` from 4096 to 8e9 and
+:func:`pytensor.compile.jax_ofg.diffrax_settings`' settings); ``gradient``
+(the lynx-hare log-density and gradient at the case study's tolerances
+against 1e-12); ``fit:<sampler>:<start>[:<chain_method>]`` (the lynx-hare
+model of ``examples/stan_ode.py``, 4 chains of 1000 + 1000, seed 1, started
+at PyMC's initial point, the priors' locations or
+:func:`pytensor.compile.jax_ofg.stan_initvals`' points; ``tight``: the solve
+at rtol = atol = 1e-8). What each table shows: ``texts/stan_ode.md``.
 """
 
 import argparse
@@ -38,7 +31,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import _report  # noqa: E402
 from _processes import ChildFailed, run_python  # noqa: E402
+from _report import fill  # noqa: E402
 
 
 RESULTS = HERE / "results"
@@ -263,93 +258,46 @@ def latest() -> dict:
     return records
 
 
+#: How the ``cost`` run's settings are shown.
+SHOWN = {
+    "helper": "`diffrax_settings('integrate_ode_bdf', 1e-6, 1e-8, n_outputs=40)`: "
+    "8e9, 1000 checkpoints"
+}
+
+
+def fit_row(name: str, r: dict) -> list:
+    _, sampler, start, *rest = name.split(":")
+    if rest == ["tight"]:
+        start, rest = f"{start}, rtol = atol = 1e-8", []
+    row = [sampler, start, rest[0] if rest else ""]
+    if "error" in r:
+        return [*row, f"failed: {r['error']}", "", "", "", ""]
+    row += [f"{r['wall']:.0f}", f"{r['sample']:.0f}", r["divergences"]]
+    return [*row, f"{r['r_hat']:.3f}", f"{r['ess_bulk']:.0f}"]
+
+
 def report() -> str:
     records = latest()
-    lines = [
-        "# Coming from Stan, measured",
-        "",
-        f"`{COMMAND}` (each run in a fresh process; `--run NAME` for one,",
-        "`--report` for these tables). Machine: this project's shared 2-core box,",
-        "loaded by other jobs while these ran: read ratios within a table.",
-        "",
-        "The runs recorded on 2026-12-02 did not get the machine to themselves",
-        "(an exclusive lock was not to be had in the time): other people's tests",
-        "ran throughout, and the three nutpie fits and numpyro's vectorized one ran",
-        "beside a second fit of this benchmark; numpyro's sequential fit (68 s) ran",
-        "without one (beside one it took 155 s). Compare starts within a sampler.",
-        "Fits marked failed were stopped by a timeout or raised.",
-        "",
-    ]
+    text = _report.texts("stan_ode")
+    sections = [text["intro"]]
     if "cost" in records:
         cost = records["cost"]["result"]
-        lines += [
-            "## The price of a large step budget",
-            "",
-            f"Run {records['cost']['when']}. Value and gradient of a stiff solve",
-            "(Robertson, `Kvaerno5`, rtol 1e-6, atol 1e-8, 40 output times, 1e-5 to",
-            "1e5), milliseconds per call, median of 15 interleaved batches; every",
-            "setting gives the same value and gradient (checked).",
-            "",
-            "| `max_steps` | ms per call | x 1e5 |",
-            "|---|---:|---:|",
+        rows = [
+            [SHOWN.get(label, label), f"{ms:.1f}", f"{ms / cost['1e5']:.2f}"]
+            for label, ms in cost.items()
         ]
-        for label, ms in cost.items():
-            shown = {
-                "helper": "`diffrax_settings('integrate_ode_bdf', 1e-6, 1e-8, "
-                "n_outputs=40)`: 8e9, 1000 checkpoints",
-            }.get(label, label)
-            lines.append(f"| {shown} | {ms:.1f} | {ms / cost['1e5']:.2f} |")
-        lines.append("")
+        sections.append(fill(text["cost"], rows, when=records["cost"]["when"]))
     if "gradient" in records:
-        lines += [
-            "## The lynx-hare log-density and its gradient, case study's tolerances",
-            "",
-            f"Run {records['gradient']['when']}. `model.compile_logp()` and",
-            "`compile_dlogp()` of the model at rtol 1e-5, atol 1e-3 (the case",
-            "study's) and at 1e-8, against 1e-12; gradient error: relative norm of",
-            "the difference. Default starts: PyMC's initial point (theta = 1, the",
-            "bound plus one) jittered by U(-1, 1) on the unconstrained scale.",
-            "",
-            "| point | logp | logp, 1e-8 | logp, 1e-12 | grad error | grad error, 1e-8 |",
-            "|---|---:|---:|---:|---:|---:|",
+        rows = [
+            [label, *(f"{row[k]:.6g}" for k in ("logp", "logp_1e-8", "logp_1e-12"))]
+            + [f"{row[k]:.2g}" for k in ("grad_error", "grad_error_1e-8")]
+            for label, row in records["gradient"]["result"].items()
         ]
-        for label, row in records["gradient"]["result"].items():
-            lines.append(
-                f"| {label} | {row['logp']:.6g} | {row['logp_1e-8']:.6g} | "
-                f"{row['logp_1e-12']:.6g} | {row['grad_error']:.2g} | "
-                f"{row['grad_error_1e-8']:.2g} |"
-            )
-        lines.append("")
-    fits = [name for name in FITS if name in records]
-    if fits:
-        lines += [
-            "## The lynx-hare model: starts, samplers, numpyro's chains",
-            "",
-            "4 chains of 1000 + 1000, seed 1; wall: process start to posterior",
-            "(imports and compilation included); sampling: `pm.sample`; R-hat and",
-            "bulk ESS: the worst over the 8 parameters.",
-            "",
-            "| sampler | start | chains | wall s | sampling s | divergent | R-hat | min ESS |",
-            "|---|---|---|---:|---:|---:|---:|---:|",
-        ]
-        for name in fits:
-            _, sampler, start, *rest = name.split(":")
-            if rest == ["tight"]:
-                start, rest = f"{start}, rtol = atol = 1e-8", []
-            r = records[name]["result"]
-            if "error" in r:
-                lines.append(
-                    f"| {sampler} | {start} | {rest[0] if rest else ''} | "
-                    f"failed: {r['error']} | | | | |"
-                )
-                continue
-            lines.append(
-                f"| {sampler} | {start} | {rest[0] if rest else ''} | {r['wall']:.0f} | "
-                f"{r['sample']:.0f} | {r['divergences']} | {r['r_hat']:.3f} | "
-                f"{r['ess_bulk']:.0f} |"
-            )
-        lines.append("")
-    return "\n".join(lines)
+        sections.append(fill(text["gradient"], rows, when=records["gradient"]["when"]))
+    rows = [fit_row(name, records[name]["result"]) for name in FITS if name in records]
+    if rows:
+        sections.append(fill(text["fits"], rows))
+    return "\n\n".join(sections) + "\n"
 
 
 def main(argv=None) -> None:

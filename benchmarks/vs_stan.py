@@ -1,42 +1,19 @@
 """PyMC + JAX against Stan: the boarding-school SIR case study along every route.
 
 The model of Stan's case study "Bayesian workflow for disease transmission
-modeling in Stan" (``examples/boarding_school_sir.py``), fitted with 4 chains
-of 1000 tuning steps and 1000 draws along each route a modeller would pick:
+modeling in Stan" (``examples/boarding_school_sir.py``), 4 chains of 1000 +
+1000 along each route a modeller would pick (:data:`ROUTES`: ``as_jax_op``
+with nutpie, PyMC's NUTS and numpyro; ``pytensor.wrap_jax``; ``pm.ode``;
+Stan through PyStan 3), each in fresh processes (``_vs_stan_child.py``):
+**cold**, with fresh caches, then **second processes** sharing them (three by
+default; the tables give their medians). The diffrax routes run with
+diffrax's default step budget and with Stan's. Every posterior is checked
+against Stan's reference posterior (a last, untimed Stan process: 4 chains of
+1000 + 10000). What each column means, and the settings that make the
+comparison fair: the report's text, ``texts/vs_stan.md``.
 
-=================  ==========================================================
-``ours_nutpie``    ``as_jax_op`` (diffrax ``Dopri5``), ``pm.sample()``: nutpie
-``ours_pymc``      ``as_jax_op``, ``pm.sample(nuts_sampler="pymc", cores=2)``
-``ours_numpyro``   ``as_jax_op``, ``pm.sample(nuts_sampler="numpyro")``,
-                   chains in sequence
-``wrap_jax_nutpie`` ``pytensor.wrap_jax`` around the same diffrax solve,
-                   ``pm.sample()`` (this package not imported)
-``pm_ode``         PyMC's ``pm.ode.DifferentialEquation`` (SciPy's LSODA),
-                   ``pm.sample()``
-``stan``           the case study's Stan program (``ode_rk45``), PyStan 3
-=================  ==========================================================
-
-Each route runs in fresh processes (``_vs_stan_child.py``): **cold**, with
-fresh caches (``PYTENSOR_FLAGS=base_compiledir=...``, which also holds this
-package's XLA cache, ``NUMBA_CACHE_DIR``, and for Stan ``XDG_CACHE_HOME``:
-its first build), then **second processes** sharing them (Stan: the cached
-build; three by default, the table gives their medians). The diffrax routes
-run with diffrax's default step budget (``max_steps=4096``) and with Stan's
-(``max_num_steps=1e6``); the tolerances are Stan's ``ode_rk45`` defaults
-everywhere (rtol = atol = 1e-6).
-
-Per run: the whole fit (from process start to the posterior in memory: the
-parent's clock from starting the process to the child's first line, plus the
-child's clock from there), the compile and sampling phases, the smallest bulk
-ESS over beta, gamma, phi_inv, R0 and the recovery time, ESS per second of
-whole fit, the largest R-hat, divergences, and each posterior mean and sd.
-Every run's posterior must agree with Stan's: each mean within 2 Monte Carlo
-standard errors of the difference from Stan's reference posterior (a last,
-untimed Stan process with the cached build: 4 chains of 1000 + 10000), or
-within 3% of it.
-
-Run (PyStan 3 needed: ``pip install pystan`` or the project's ``stan``
-extra; it builds with the machine's C++ compiler)::
+Run (PyStan 3 from the project's ``stan`` extra; it builds with the machine's
+C++ compiler)::
 
     .venv/bin/python benchmarks/vs_stan.py                  # everything, ~1.5 hours
     .venv/bin/python benchmarks/vs_stan.py --repeats 1      # one second process, ~45 min
@@ -44,10 +21,9 @@ extra; it builds with the machine's C++ compiler)::
     .venv/bin/python benchmarks/vs_stan.py --quick          # 2 chains x (200 + 200)
     .venv/bin/python benchmarks/vs_stan.py --report         # tables from stored runs
 
-Results are stored run by run in ``benchmarks/results/vs_stan.json`` (a run
+Runs are stored one by one in ``benchmarks/results/vs_stan.json`` (a run
 already stored is not run again unless ``--force``: an interrupted run
-resumes), and the tables are written to ``benchmarks/results/vs_stan.md``
-(``--quick``: ``vs_stan_quick.*``).
+resumes); the tables go to ``vs_stan.md`` (``--quick``: ``vs_stan_quick.*``).
 """
 
 from __future__ import annotations
@@ -65,14 +41,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT / "examples")]
 
+import _report  # noqa: E402
 from _boarding_school_report import Reference, agrees  # noqa: E402
 from _processes import ChildFailed, cache_env, run_python  # noqa: E402
-from _timing import (  # noqa: E402
-    machine_header,
-    markdown_table,
-    median,
-    package_versions,
-)
+from _report import fill, machine_header, package_versions  # noqa: E402
+from _timing import median  # noqa: E402
 
 
 CHILD = HERE / "_vs_stan_child.py"
@@ -164,7 +137,7 @@ def run_child(
 
 
 def run_pair(
-    route: str, max_steps: int, settings: argparse.Namespace, store: dict, path: Path
+    route: str, max_steps: int, settings: argparse.Namespace, store: dict, name: str
 ) -> None:
     """Cold and second process(es) of one route sharing fresh caches; stored as they end.
 
@@ -178,7 +151,7 @@ def run_pair(
             draws = settings.reference_draws if key.endswith("|reference") else None
             result = run_child(route, max_steps, cache, settings, draws)
             store[key] = result
-            save(store, path)
+            save(store, name)
             print(describe(result), flush=True)
             if "error" in result:
                 break
@@ -210,9 +183,10 @@ def describe(result: dict) -> str:
     )
 
 
-def save(store: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n")
+def save(store: dict, name: str) -> None:
+    """Store the runs, and the machine they ran on."""
+    store["meta"] = {"machine": machine_header(versions())}
+    _report.save(name, store, sort_keys=True)
 
 
 # ---------------------------------------------------------------------------
@@ -279,26 +253,35 @@ def median_phase(runs: list[dict], phase: str) -> float:
 
 def report(store: dict, settings: argparse.Namespace) -> str:
     """The markdown tables of every stored run."""
+    text = _report.texts("vs_stan")
     reference = stan_reference(store)
     stan_cold, stan_seconds = runs_of(store, "stan", STAN_BUDGET)
     stan_whole = {
         "cold": median_phase([stan_cold or {}], "whole"),
         "second": median_phase(stan_seconds, "whole"),
     }
-    header = [
-        "route",
-        "max_steps",
-        "process",
-        "whole fit (s)",
-        "x Stan",
-        "compile (s)",
-        "sampling (s)",
-        "min bulk ESS",
-        "ESS/s",
-        "max R-hat",
-        "divergent",
-        "agrees with Stan",
+    rows, posterior_rows, compiled_rows = every_run(store, reference, stan_whole)
+    timed = [r for k, r in store.items() if "summary" in r and k != REFERENCE]
+    settings_seen = sorted({(r["chains"], r["tune"], r["draws"]) for r in timed})
+    summary = summary_rows(store, reference, stan_whole["second"])
+    sections = [
+        fill(
+            text["intro"],
+            quick=" --quick" if settings.quick else "",
+            settings=", ".join(map(str, settings_seen)),
+            machine=machine_line(store, timed),
+        ),
+        fill(text["summary"], summary, repeats=repeats_text(store)),
+        fill(text["every_run"], rows, reference=reference_text(store, reference)),
+        text["fair"],
+        fill(text["compiled"], compiled_rows),
+        fill(text["posterior"], posterior_rows),
     ]
+    return "\n\n".join(sections) + "\n"
+
+
+def every_run(store: dict, reference, stan_whole: dict) -> tuple[list, list, list]:
+    """The rows of the tables of every run, of the posteriors and of what is compiled."""
     rows, posterior_rows, compiled_rows = [], [], []
     for name, route in ROUTES.items():
         fitted = []  # (labels, run) of every successful run of the route
@@ -321,111 +304,34 @@ def report(store: dict, settings: argparse.Namespace) -> str:
         posterior_rows += posterior_rows_of(fitted)
     if REFERENCE in store and "summary" in store[REFERENCE]:
         long = store[REFERENCE]
-        posterior_rows.append(
-            [
-                f"Stan, reference: {long['chains']} x ({long['tune']} + "
-                f"{long['draws']})",
-                budget_label("stan", STAN_BUDGET),
-                "second",
-                *posterior_cells(long),
-            ]
-        )
-    timed = [r for k, r in store.items() if "summary" in r and k != REFERENCE]
-    settings_seen = sorted({(r["chains"], r["tune"], r["draws"]) for r in timed})
+        what = f"Stan, reference: {long['chains']} x ({long['tune']} + {long['draws']})"
+        stan = budget_label("stan", STAN_BUDGET)
+        posterior_rows.append([what, stan, "second", *posterior_cells(long)])
+    return rows, posterior_rows, list(dict.fromkeys(compiled_rows))
+
+
+def machine_line(store: dict, timed: list[dict]) -> str:
+    """The machine the runs were stored on (this one's, for runs stored without),
+    and the range of its load while they ran."""
     loads = [load for r in timed for load in r.get("load_average", [])]
     load_range = f"{min(loads):.1f} to {max(loads):.1f}" if loads else "n/a"
-    reference_text = "none stored"
-    if reference:
-        key, _ = reference
-        run = store[key]
-        reference_text = (
-            f"`{key}`: {run['chains']} chains of {run['tune']} tuning steps + "
-            f"{run['draws']} draws, sampled in {run['phases']['sampling']:.0f} s "
-            "with the cached build"
-        )
-    quick = " --quick" if settings.quick else ""
-    sections = [
-        "# PyMC + JAX against Stan: the boarding-school SIR case study",
-        "",
-        f"Command: `.venv/bin/python benchmarks/vs_stan.py{quick}` (chains, tuning "
-        f"steps, draws: {', '.join(map(str, settings_seen))}; one process per row).",
-        "",
-        machine_header(versions())
-        + f"; 1-minute load average at the start and end of the runs: {load_range} "
-        "(the machine is shared: other jobs ran too).",
-        "",
-        "## Summary (the README's table)",
-        "",
-        summary_table(store, reference, stan_whole["second"]),
-        "",
-        "Whole fit: seconds from process start to the posterior in memory; "
-        f"later processes: the median of {repeats_text(store)} second processes, "
-        "which share the first one's caches. x Stan and ESS/s (smallest bulk ESS "
-        "per second of whole fit) are those of the later processes.",
-        "",
-        "## Every run",
-        "",
-        markdown_table(header, rows, numeric_from=3),
-        "",
-        "* **whole fit**: from process start to the posterior in memory (imports, "
-        "model, compile, sampling); **x Stan**: over Stan's whole fit in the same "
-        "kind of process (cold: its first build; second: its cached build). "
-        "**compile**: `pm.sample` before its sampling loop (PyTensor's rewrites, "
-        "Numba, nutpie), for Stan `stan.build` (stanc and g++, or loading the "
-        "cached build). **sampling**: PyMC's `sampling_time` (numpyro: XLA "
-        "compiles the sampler in it; PyMC's NUTS: its two worker processes start "
-        "and load the model in it), for Stan `fit.sample`. **min bulk ESS**: over "
-        "beta, gamma, phi_inv, R0 and the recovery time; **ESS/s**: that per "
-        "second of whole fit.",
-        "* **agrees with Stan**: every posterior mean within 2 Monte Carlo standard "
-        "errors (of the difference) of Stan's reference posterior, or within 3% "
-        f"of it. Reference: {reference_text}.",
-        "* **cold**: fresh PyTensor compiledir (with this package's XLA cache), "
-        "Numba cache and httpstan cache (Stan's first build); **second**: a new "
-        "process with the same caches (Stan's cached build; httpstan's store of "
-        "seeded fits is emptied first, else it returns the first process's fit "
-        "without sampling).",
-        "",
-        "## Fair settings",
-        "",
-        "* Tolerances: rtol = atol = 1e-6 everywhere (Stan's `ode_rk45` defaults), "
-        "except `pm.ode`, whose `odeint` call keeps SciPy's defaults (1.49e-8) "
-        "with no way to change them. Solver: Dormand-Prince 5(4) in Stan (Boost's "
-        "`runge_kutta_dopri5`, dense output) and in diffrax (`Dopri5`, "
-        "interpolated save points), first step 0.1; diffrax's error norm is an "
-        "RMS over the states, Boost's a maximum.",
-        "* Step budget: diffrax's default `max_steps=4096` and Stan's "
-        "`max_num_steps=1e6`, both run for every diffrax route. A solve out of "
-        "steps is a rejected proposal in every route (diffrax: `throw=False` and "
-        "NaN states, a non-finite log-density; Stan: an exception in the solve). "
-        "The routes of `as_jax_op` run with `EQX_ON_ERROR=nan`, as the example "
-        "sets it: equinox's other checks in the solve give NaN too, and the "
-        "program, free of host callbacks, is served from the trace cache in a "
-        "later process (`pytensor.wrap_jax` has no such cache).",
-        "* Gradients: Stan integrates the forward sensitivities with the states "
-        "(error control over both); diffrax differentiates its own steps in "
-        "reverse mode (`RecursiveCheckpointAdjoint`); `pm.ode` integrates forward "
-        "sensitivities with LSODA.",
-        "* The same priors, likelihood and sampling space (the three positive "
-        "parameters on the log scale), seed 1978 everywhere, and each library's "
-        "default NUTS: target acceptance 0.8, tree depth up to 10, a diagonal "
-        "mass matrix adapted its own way during the tuning steps.",
-        "",
-        "## What is compiled where",
-        "",
-        markdown_table(
-            ["route", "compiled"], list(dict.fromkeys(compiled_rows)), numeric_from=2
-        ),
-        "",
-        "## Posterior mean ± sd (MCSE of the mean)",
-        "",
-        markdown_table(
-            ["route", "max_steps", "process", *PARAMETERS],
-            posterior_rows,
-            numeric_from=3,
-        ),
-    ]
-    return "\n".join(sections) + "\n"
+    machine = store.get("meta", {}).get("machine") or machine_header(versions())
+    return (
+        f"{machine}; 1-minute load average at the start and end of the runs: "
+        f"{load_range} (the machine is shared: other jobs ran too)."
+    )
+
+
+def reference_text(store: dict, reference) -> str:
+    if not reference:
+        return "none stored"
+    key, _ = reference
+    run = store[key]
+    return (
+        f"`{key}`: {run['chains']} chains of {run['tune']} tuning steps + "
+        f"{run['draws']} draws, sampled in {run['phases']['sampling']:.0f} s "
+        "with the cached build"
+    )
 
 
 def repeats_text(store: dict) -> str:
@@ -439,11 +345,7 @@ def repeats_text(store: dict) -> str:
     return " or ".join(map(str, sorted(counts))) or "0"
 
 
-def summary_table(
-    store: dict,
-    reference: tuple[str, dict[str, Reference]] | None,
-    stan_whole: float,
-) -> str:
+def summary_rows(store: dict, reference, stan_whole: float) -> list[list[str]]:
     """One row per route and budget: first and later processes, against Stan."""
     rows = []
     for name, route in ROUTES.items():
@@ -463,18 +365,10 @@ def summary_table(
             if name == "stan":
                 first, again = f"{first} (first build)", f"{again} (cached build)"
             disagree = disagreements(cold, reference[1]) if reference else ["?"]
-            rows.append(
-                [
-                    *labels,
-                    first,
-                    again,
-                    f"{later / stan_whole:.2f}",
-                    f"{min_ess(cold) / later:.0f}",
-                    "yes" if not disagree else "NO: " + ", ".join(disagree),
-                ]
-            )
-    header = ["route", "max_steps", "1st process", "later processes", "x Stan"]
-    return markdown_table([*header, "ESS/s", "agrees with Stan"], rows, numeric_from=2)
+            rows.append([*labels, first, again, f"{later / stan_whole:.2f}"])
+            rows[-1].append(f"{min_ess(cold) / later:.0f}")
+            rows[-1].append("yes" if not disagree else "NO: " + ", ".join(disagree))
+    return rows
 
 
 def timing_row(
@@ -602,26 +496,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     settings = parse_args(argv)
     name = "vs_stan_quick" if settings.quick else "vs_stan"
-    json_path = HERE / "results" / f"{name}.json"
-    store = json.loads(json_path.read_text()) if json_path.exists() else {}
-    if not settings.report:
-        for route in settings.routes:
-            for budget in ROUTES[route].budgets:
-                if settings.budgets and budget and budget not in settings.budgets:
-                    continue
-                runs = [store.get(key) for key in keys_of(route, budget, settings)]
-                done = all(run is not None and "error" not in run for run in runs)
-                if done and not settings.force:
-                    print(
-                        f"--- {route}|{budget}: stored, skipped (--force runs it again)"
-                    )
-                    continue
-                run_pair(route, budget, settings, store, json_path)
-    text = report(store, settings)
-    print(text)
-    md_path = HERE / "results" / f"{name}.md"
-    md_path.write_text(text)
-    print(f"written to {md_path} (runs in {json_path})")
+    store = _report.load(name, {})
+    for route in [] if settings.report else settings.routes:
+        for budget in ROUTES[route].budgets:
+            if settings.budgets and budget and budget not in settings.budgets:
+                continue
+            runs = [store.get(key) for key in keys_of(route, budget, settings)]
+            done = all(run is not None and "error" not in run for run in runs)
+            if done and not settings.force:
+                print(f"--- {route}|{budget}: stored, skipped (--force runs it again)")
+                continue
+            run_pair(route, budget, settings, store, name)
+    _report.write(name, report(store, settings))
 
 
 if __name__ == "__main__":

@@ -240,7 +240,7 @@ def cache_folders() -> dict[str, Path]:
     """This process's cache folders: traces, XLA programs, Numba code."""
     from pytensor import config
     from pytensor.compile._jax_ofg.cache.traces import trace_cache_dir
-    from pytensor.compile._jax_ofg.cache.xla import xla_cache_dir
+    from pytensor.compile._jax_ofg.patches.xla_cache import xla_cache_dir
 
     folders = {"xla": xla_cache_dir(), "numba": Path(config.base_compiledir) / "numba"}
     traces = trace_cache_dir()

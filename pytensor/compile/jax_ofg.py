@@ -8,8 +8,6 @@ their layers: the developer notes (``doc/developer.rst``).
 
 from __future__ import annotations
 
-import logging
-import os
 import threading
 
 
@@ -22,17 +20,15 @@ except ImportError as _error:  # pragma: no cover - exercised in a subprocess te
         "which depends on it)."
     ) from _error
 
-from pytensor.compile._jax_ofg import compat, small_linalg
-from pytensor.compile._jax_ofg.cache import environment, watch, xla
-from pytensor.compile._jax_ofg.cache import traces as trace_cache
-from pytensor.compile._jax_ofg.cache.import_hooks import JAX_BACKEND, after_import
-from pytensor.compile._jax_ofg.cache.traces import clear_trace_cache, trace_cache_info
+from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg.cache import api as trace_cache
+from pytensor.compile._jax_ofg.cache.api import clear_trace_cache, trace_cache_info
 from pytensor.compile._jax_ofg.errors import (
-    CALLBACK_LOGGER,
-    MuteCallbackLogs,
     WrappedFunctionRuntimeWarning,
     runtime_error_counts,
 )
+from pytensor.compile._jax_ofg.hooks import at_fork, callback_logs
+from pytensor.compile._jax_ofg.hooks.import_finder import after_import
 from pytensor.compile._jax_ofg.host import cores, fork_guard, programs
 from pytensor.compile._jax_ofg.host.fork_guard import ForkedAfterJaxError
 from pytensor.compile._jax_ofg.host.op import JaxHostOp
@@ -55,7 +51,16 @@ from pytensor.compile._jax_ofg.op.wrapper import (
     as_jax_op,
     not_a_tensor,
 )
-from pytensor.compile._jax_ofg.samplers import nutpie, pymc
+from pytensor.compile._jax_ofg.patches import (
+    jax_linker_check,
+    linalg_lowering,
+    numba_direct_thunk,
+    nutpie_adaptation,
+    nutpie_host_callbacks,
+    pymc_start_method,
+    xla_cache,
+    xla_cache_writes,
+)
 from pytensor.compile._jax_ofg.samplers.chain_processes import (
     ChainProcessError,
     SamplingInterrupted,
@@ -103,52 +108,12 @@ _install_lock = threading.Lock()
 def install() -> None:
     """Make this package's ops work in this process; run once, on import.
 
-    Every act on the process is here, in this order:
-
-    1. **JAX float64**: ``jax_enable_x64`` on. PyTensor types carry explicit
-       dtypes; without x64, JAX would silently turn float64 into float32 and
-       int64 into int32.
-    2. **Small dense linear algebra**: LU, triangular solves and Cholesky of
-       square matrices up to ``jax_ofg__small_linalg_max_size`` rows are
-       lowered for the CPU as unrolled XLA operations instead of LAPACK
-       calls, in every JAX program of the process
-       (:mod:`~pytensor.compile._jax_ofg.small_linalg`).
-    3. **Linkers**: the JAX lowering of :class:`OpFromJax` (``jax_funcify``),
-       registered when PyTensor's JAX backend is first imported -- it takes
-       about a second, and a process whose programs the trace cache serves
-       never needs it (:mod:`~pytensor.compile._jax_ofg.cache.import_hooks`); the
-       Numba lowering of every :class:`~pytensor.compile._jax_ofg.host.op.JaxHostOp`
-       (``numba_funcify`` with cache keys), whose compiled bodies live in a
-       module put in ``sys.modules``; a graph that is one such op runs its
-       host function from a Python thunk instead of a Numba function.
-    4. **Graphs**: ``vectorize_graph`` of an :class:`OpFromJax` is a
-       ``jax.vmap`` (``_vectorize_node``); a :class:`SymbolicCallable` used as
-       a tensor is a clear error (``as_tensor_variable``).
-    5. **Rewrites** in ``optdb`` (see each module): ``jax_ofg_vmap_blockwise``
-       (0.95), ``jax_ofg_prune_pullback_inputs`` (48.4),
-       ``jax_ofg_fuse_value_and_vjp`` (48.5), ``jax_islands`` (48.95),
-       ``jax_ofg_bake_constant_inputs`` (48.97), ``jax_ofg_readonly_outputs``
-       (150).
-    6. **Processes**: at-fork handlers that make a process forked after JAX
-       started refuse to run JAX (instead of deadlocking); PyMC's choice of
-       start method for models holding JAX ops; the fork check of functions
-       compiled with ``mode="JAX"``; nutpie's Numba backend calls a model
-       holding JAX ops through host callbacks, not a ``numba.cfunc`` it
-       would compile in every process, and adapts its mass matrix from
-       the draws' variances (``adaptation="draw_diag"``) unless told
-       otherwise (:mod:`~pytensor.compile._jax_ofg.samplers.nutpie`).
-    7. **Start-up**: the PyTensor flags ``jax_ofg__xla_cache`` (JAX's
-       persistent compilation cache under PyTensor's ``compiledir``) and
-       ``jax_ofg__trace_cache`` (traces kept in memory and on disk, next to
-       it: :mod:`~pytensor.compile._jax_ofg.cache.traces`); an audit hook
-       that watched traces see (:mod:`~pytensor.compile._jax_ofg.cache.watch`),
-       and the installed distributions as the process starts (part of every
-       key).
-    8. **Errors**: JAX's log of a failed callback is dropped when the error
-       comes out of one of our calls, which names the function itself
-       (:class:`~pytensor.compile._jax_ofg.errors.MuteCallbackLogs`).
-
-    Calling it again does nothing.
+    It switches JAX to 64-bit types, registers the ops with PyTensor's
+    linkers, graph rewrites and ``vectorize_graph``, and makes a few changes
+    to JAX, PyTensor, PyMC and nutpie, each of which can be turned off on its
+    own with a PyTensor flag set before the import (``PYTENSOR_FLAGS`` or
+    ``.pytensorrc``): the list, with each flag, is in Getting started, "What
+    importing the package changes". Calling it again does nothing.
     """
     global _installed
     with _install_lock:
@@ -157,39 +122,33 @@ def install() -> None:
         _installed = True
 
         jax.config.update("jax_enable_x64", True)
-        small_linalg.add_config_flag()
-        small_linalg.lower_small_linalg()
+        linalg_lowering.install()
 
-        after_import(JAX_BACKEND, _register_jax_lowering)
+        after_import(compat.JAX_BACKEND, _register_jax_lowering)
+        jax_linker_check.install()
         register_funcify_and_cache_key(JaxHostOp)(
             numba_dispatch.numba_funcify_JaxHostOp
         )
         numba_dispatch.bodies_module()
-        numba_dispatch.install_direct_host_thunk()
+        numba_direct_thunk.install()
 
         compat.register_vectorization(OpFromJax, vectorize_op_from_jax)
         compat.register_as_tensor(SymbolicCallable, not_a_tensor)
 
         _register_rewrites()
 
-        if hasattr(os, "register_at_fork"):  # Unix; elsewhere there is no fork
-            os.register_at_fork(
-                before=fork_guard.before_fork,
-                after_in_child=fork_guard.after_fork_in_child,
-            )
-        pymc.install_pymc_start_method_choice()
-        nutpie.install_nutpie_host_callbacks()
+        at_fork.install(fork_guard.before_fork, fork_guard.after_fork_in_child)
+        pymc_start_method.install()
+        nutpie_host_callbacks.install()
+        nutpie_adaptation.install()
 
-        xla.add_config_flag()
         programs.add_config_flag()
         cores.add_config_flag()
-        xla.configure_xla_cache()
-        xla.write_entries_atomically()
-        trace_cache.add_config_flag()
-        watch.install()
-        environment.installed_distributions()
+        xla_cache.install()
+        xla_cache_writes.install()
+        trace_cache.install()
 
-        logging.getLogger(CALLBACK_LOGGER).addFilter(MuteCallbackLogs())
+        callback_logs.install()
 
 
 def _register_jax_lowering(backend) -> None:
@@ -199,13 +158,9 @@ def _register_jax_lowering(backend) -> None:
     The backend sets ``jax_enable_x64`` from ``floatX`` when imported: x64 is
     set again.
     """
-    from pytensor.link.jax.dispatch.jax_ofg import (
-        install_jax_linker_check,
-        jax_funcify_OpFromJax,
-    )
+    from pytensor.link.jax.dispatch.jax_ofg import jax_funcify_OpFromJax
 
     backend.jax_funcify.register(OpFromJax)(jax_funcify_OpFromJax)
-    install_jax_linker_check()
     jax.config.update("jax_enable_x64", True)
 
 

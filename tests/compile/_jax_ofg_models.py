@@ -55,7 +55,10 @@ def interpolate_jax(ts, values):
     return diffrax.CubicInterpolation(ts, coefficients).evaluate
 
 
-def solve_jax(beta_t, y0, t_out, gamma):
+def solve_jax(beta_t, y0, t_out, gamma, *, throw=True):
+    """The SIR states at ``t_out``; ``throw=False``: a failed solve gives NaN states
+    (an infinite log-density, a rejection) where diffrax's default raises."""
+
     def sir(t, y, args):
         s, i = y
         infections = beta_t(t) * s * i
@@ -70,6 +73,7 @@ def solve_jax(beta_t, y0, t_out, gamma):
         y0,
         saveat=diffrax.SaveAt(ts=t_out),
         stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8),
+        throw=throw,
     )
     return solution.ys
 
@@ -114,23 +118,28 @@ SIR_NESTED_OBSERVED = np.array([
 ])  # fmt: skip
 
 
-def sir_nested_model():
+def sir_nested_model(trajectory_of=None):
     """Issue #50's nested 8-knot SIR model (``benchmarks/_models.py``'s ``sir_nested``).
 
     The log-knots are a PyTensor ``cumsum`` of PyMC increments; a closure over
     their interpolation, built by one wrapped function, is called in another's
     diffrax solve, which keeps equinox's default checks (``throw=True``).
+    ``trajectory_of(log_knots, gamma)``: the states another way (the
+    benchmarks' ``pytensor.wrap_jax`` of the same JAX code).
     """
     import pymc as pm
 
-    knot_times = np.linspace(0.0, 50.0, 8)
+    knot_times, days = np.linspace(0.0, 50.0, 8), np.arange(51.0)
+
+    def nested(log_knots, gamma):
+        return sir_solve(sir_closure_rate(knot_times, log_knots), SIR_Y0, days, gamma)
+
     with pm.Model() as model:
         log_first = pm.Normal("log_first_knot", np.log(0.3), 0.3)
         increments = pm.Normal("increments", 0.0, 0.1, shape=7)
         log_knots = pt.cumsum(pt.concatenate([log_first[None], increments]))
         gamma = pm.LogNormal("gamma", np.log(0.1), 0.2)
-        beta = sir_closure_rate(knot_times, log_knots)
-        trajectory = sir_solve(beta, SIR_Y0, np.arange(51.0), gamma)
+        trajectory = (trajectory_of or nested)(log_knots, gamma)
         cases = 10_000.0 * (trajectory[:-1, 0] - trajectory[1:, 0])
         pm.NegativeBinomial("cases", mu=cases, alpha=20.0, observed=SIR_NESTED_OBSERVED)
     return model

@@ -11,6 +11,9 @@
   folder per subsystem (one layer of the map each), at most 8 modules a
   folder, no ``jax_ofg_`` prefix inside it, ``__init__.py`` files that hold a
   docstring only.
+* The trace cache has one door: outside ``cache/``, only ``cache/api`` is
+  imported.
+* No function is longer than 80 lines.
 """
 
 import ast
@@ -28,6 +31,9 @@ FACADE = "pytensor.compile.jax_ofg"
 JAX_DISPATCH = "pytensor.link.jax.dispatch.jax_ofg"
 #: The private package holding the implementation, one folder per subsystem.
 PRIVATE_PACKAGE = "pytensor.compile._jax_ofg"
+#: The trace cache, and its one door.
+CACHE = f"{PRIVATE_PACKAGE}.cache"
+CACHE_DOOR = f"{CACHE}.api"
 
 
 #: Every module of the package, by dotted name.
@@ -85,6 +91,36 @@ def _import_graph() -> dict[str, set[str]]:
         - {name}
         for name, path in MODULES.items()
     }
+
+
+def test_outside_the_trace_cache_only_its_door_is_imported():
+    """Rooms outside ``cache/`` use the trace cache through ``cache/api`` alone."""
+    through_a_window = [
+        f"{module} imports {imported}"
+        for module, imports in _import_graph().items()
+        if not module.startswith(CACHE + ".")
+        for imported in sorted(imports)
+        if imported.startswith(CACHE + ".") and imported != CACHE_DOOR
+    ]
+    assert not through_a_window
+    # ``from ...cache import api`` names the package: that is the door too.
+    for name, path in MODULES.items():
+        if name.startswith(CACHE + "."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == CACHE:
+                assert [a.name for a in node.names] == ["api"], name
+
+
+def test_no_function_is_longer_than_80_lines():
+    long = [
+        f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > 80
+    ]
+    assert not long
 
 
 def test_the_modules_import_each_other_without_cycles():

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 from _fresh_process import run_python
 
-from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.cache import files
+from pytensor.compile._jax_ofg import compat, files
+from pytensor.compile._jax_ofg.cache import storage
 from pytensor.compile._jax_ofg.cache import traces as trace_cache
-from pytensor.compile._jax_ofg.cache import xla as xla_cache_module
+from pytensor.compile._jax_ofg.patches import xla_cache_writes as xla_cache_module
 
 
 LOGGER = "pytensor.compile.jax_ofg"
@@ -152,7 +152,7 @@ def test_a_writer_killed_mid_write_leaves_a_file_the_next_write_removes(
         folder = tmp_path / "traces"
         monkeypatch.setattr(trace_cache, "mode", lambda: "on")
         monkeypatch.setattr(trace_cache, "trace_cache_dir", lambda: folder)
-        prefix = trace_cache.TEMPORARY_PREFIX
+        prefix = storage.TEMPORARY_PREFIX
         trace_cache.cached("orphans", ("a",), functools.partial(np.ones, 3), name="f")
         trace_cache._MEMORY.clear()
 
@@ -194,7 +194,7 @@ import errno, json, os, sys
 import jax.numpy as jnp, numpy as np
 import pytensor, pytensor.tensor as pt
 from pytensor.compile.jax_ofg import as_jax_op, trace_cache_info
-from pytensor.compile._jax_ofg.cache.xla import xla_cache_dir
+from pytensor.compile._jax_ofg.patches.xla_cache import xla_cache_dir
 
 if sys.argv[1] == "full":
     from test_jax_ofg_faults import HalfWritten

@@ -702,10 +702,10 @@ def test_pymc_model_samples_with_nutpie_through_the_island():
 
 def test_a_graph_that_is_one_island_runs_without_numba():
     """The thunk calls the island's host function; Numba's function is not even compiled."""
-    from pytensor.link.numba.dispatch.jax_ofg import install_direct_host_thunk
+    from pytensor.compile._jax_ofg.patches import numba_direct_thunk
     from pytensor.link.numba.linker import NumbaLinker
 
-    assert install_direct_host_thunk()  # fails when PyTensor's JITLinker moves
+    assert numba_direct_thunk.install()  # fails when PyTensor's JITLinker moves
     assert NumbaLinker.create_jitable_thunk.runs_one_jax_op_directly
     theta, logp = likelihood_graph()
     f = compile_function([theta], [logp, pt.grad(logp, theta)], "NUMBA")

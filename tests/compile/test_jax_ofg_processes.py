@@ -24,13 +24,13 @@ import pytensor.tensor as pt
 from pytensor.compile._jax_ofg.compat import PYMC_SAMPLING_MODULES
 from pytensor.compile._jax_ofg.host.fork_guard import ForkedAfterJaxError
 from pytensor.compile._jax_ofg.host.op import graph_holds_jax_ops
+from pytensor.compile._jax_ofg.patches.jax_linker_check import ForkCheckedFunction
 from pytensor.compile._jax_ofg.samplers.pymc import (
     SAFE_START_METHOD,
     model_holds_jax_ops,
 )
 from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.jax_ofg import as_jax_op
-from pytensor.link.jax.dispatch.jax_ofg import ForkCheckedFunction
 from pytensor.link.jax.linker import JAXLinker
 
 

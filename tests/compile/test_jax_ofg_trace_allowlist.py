@@ -594,15 +594,15 @@ def test_command_line_arguments_read_while_tracing_are_in_the_key(monkeypatch):
     """``sys.argv`` is data a module holds: described, not refused."""
     import sys
 
-    from pytensor.compile._jax_ofg.cache import traces as trace_cache
+    from pytensor.compile._jax_ofg.cache import keys
 
     def with_argv(x):
         return float(len(sys.argv)) * x
 
     monkeypatch.setattr(sys, "argv", ["a"])
-    one, _ = trace_cache.key_of("types", with_argv)
+    one, _ = keys.trace_key("types", with_argv)
     monkeypatch.setattr(sys, "argv", ["a", "b"])
-    two, _ = trace_cache.key_of("types", with_argv)
+    two, _ = keys.trace_key("types", with_argv)
     assert one != two
 
 

@@ -713,11 +713,12 @@ def test_the_oldest_entries_go_beyond_the_size_limit_and_clear_empties_it(
     tmp_path, monkeypatch
 ):
     """The folder stays under ``MAX_BYTES``; ``clear_trace_cache`` forgets everything."""
+    from pytensor.compile._jax_ofg.cache import storage
     from pytensor.compile._jax_ofg.cache import traces as trace_cache
 
     monkeypatch.setattr(trace_cache, "mode", lambda: "on")
     monkeypatch.setattr(trace_cache, "trace_cache_dir", lambda: tmp_path)
-    monkeypatch.setattr(trace_cache, "MAX_BYTES", 40_000)
+    monkeypatch.setattr(storage, "MAX_BYTES", 40_000)
 
     def lookup(i):
         compute = functools.partial(np.full, 1000, float(i))  # 8 kB pickled

@@ -112,7 +112,7 @@ def persistent_cache_class() -> tuple[type, str] | None:
     or None when they moved.
 
     Its ``put(key, value)`` writes ``self.path / (key + suffix)`` in place;
-    :mod:`pytensor.compile._jax_ofg.cache.xla` makes that write atomic.
+    :mod:`pytensor.compile._jax_ofg.patches.xla_cache_writes` makes that write atomic.
     """
     try:
         from jax._src import lru_cache
@@ -405,6 +405,9 @@ def equation_context(equation: Any) -> Any:
 # ----------------------------------------------------------------------- PyMC
 #: The modules whose sampling functions choose PyMC's start method, and the
 #: function they import from ``pymc.sampling.parallel`` to do it.
+#: PyTensor's JAX backend: its ``jax_funcify`` lowers graphs to JAX (about a
+#: second to import; registered with when imported: ``hooks/import_finder``).
+JAX_BACKEND = "pytensor.link.jax.dispatch"
 PYMC_SAMPLING_MODULES = ("pymc.sampling.mcmc", "pymc.smc.sampling")
 PYMC_START_METHOD_CHOOSER = "_initialize_multiprocessing_context"
 

@@ -2,15 +2,13 @@
 
 :func:`mark` notes an error's stage (which an island's fallback decides on);
 :func:`report` names the op in run-time errors, warns once and counts.
-Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds
-:class:`MuteCallbackLogs` to JAX's callback logger.
+Registers nothing (JAX's own log of a failed callback: ``hooks/callback_logs``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
-import logging
 import re
 import threading
 import warnings
@@ -178,34 +176,3 @@ def core_message(text: str) -> str:
             if match:
                 return match[1].strip()
     return lines[0].strip()
-
-
-class MuteCallbackLogs(logging.Filter):
-    """Drops JAX's log record of a failed callback raised under one of our calls.
-
-    JAX logs ``jax.pure_callback failed`` with a whole traceback at every
-    failing call (equinox's checks are callbacks): hundreds under nutpie,
-    which rejects each. Raised under one of this package's calls, the error
-    itself names the function (:func:`report`), and the first one warns. The
-    filter runs only when JAX emits a record: nothing per call.
-    """
-
-    #: ``(module, function)`` of the frames that call compiled programs.
-    CALLERS = frozenset(
-        {
-            ("pytensor.compile._jax_ofg.host.programs", "__call__"),
-            ("pytensor.link.jax.dispatch.jax_ofg", "__call__"),
-        }
-    )
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        frame = compat.caller_frame(0)
-        while frame is not None:
-            if (frame.f_globals.get("__name__"), frame.f_code.co_name) in self.CALLERS:
-                return False
-            frame = frame.f_back
-        return True
-
-
-#: The logger JAX reports failed callbacks to.
-CALLBACK_LOGGER = compat.CALLBACK_LOGGER

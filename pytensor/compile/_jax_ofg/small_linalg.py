@@ -10,7 +10,7 @@ flops. The same numbers come from the textbook algorithms unrolled over a
 static size: a handful of elementwise operations per row, which XLA fuses
 with the code around them.
 
-:func:`lower_small_linalg` replaces the CPU lowering of JAX's primitives
+``patches/linalg_lowering`` replaces the CPU lowering of JAX's primitives
 ``lu``, ``triangular_solve`` and ``cholesky`` with one that emits these
 unrolled algorithms for square matrices of real floating dtype up to
 :func:`max_size` rows, and calls the original (LAPACK) lowering otherwise. A
@@ -43,8 +43,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
-from functools import partial
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -53,7 +52,6 @@ import numpy as np
 from jax import lax
 
 from pytensor import config
-from pytensor.compile._jax_ofg import compat
 from pytensor.configparser import IntParam
 
 
@@ -61,7 +59,6 @@ __all__ = [
     "DEFAULT_MAX_SIZE",
     "add_config_flag",
     "cholesky",
-    "lower_small_linalg",
     "lu",
     "max_size",
     "max_size_set_to",
@@ -75,8 +72,6 @@ __all__ = [
 #: solve in a loop, LU 0.65x and Cholesky 0.53x LAPACK's time at 10 x 10; at
 #: 12, Cholesky's unrolled n^3/6 scalar steps cost 3.1x and LU 0.85x).
 DEFAULT_MAX_SIZE = 10
-
-_REAL_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def add_config_flag() -> None:
@@ -276,74 +271,3 @@ def cholesky(a: jnp.ndarray) -> jnp.ndarray:
         axis=-2,
     )
     return jnp.where(positive[..., None, None], result, jnp.nan)
-
-
-# ---------------------------------------------------------------- lowering
-def _small(aval: Any) -> bool:
-    shape = aval.shape
-    return (
-        len(shape) >= 2
-        and all(isinstance(d, int) for d in shape)
-        and shape[-1] == shape[-2]
-        and 0 < shape[-1] <= max_size()
-        and np.dtype(aval.dtype) in _REAL_FLOATS
-    )
-
-
-def _small_permutation(aval: Any, permutation_size: Any) -> bool:
-    return (
-        all(isinstance(d, int) for d in aval.shape)
-        and isinstance(permutation_size, int)
-        and permutation_size <= max_size()
-    )
-
-
-def _lu_rule(original: Callable, ctx: Any, operand: Any) -> Sequence[Any]:
-    if not _small(ctx.avals_in[0]):
-        return original(ctx, operand)
-    return compat.lower_function(lu, multiple_results=True)(ctx, operand)
-
-
-def _triangular_solve_rule(
-    original: Callable, ctx: Any, a: Any, b: Any, **params: Any
-) -> Sequence[Any]:
-    a_aval, b_aval = ctx.avals_in
-    if not (_small(a_aval) and np.dtype(b_aval.dtype) == np.dtype(a_aval.dtype)):
-        return original(ctx, a, b, **params)
-    solve = partial(triangular_solve, **params)
-    return compat.lower_function(solve, multiple_results=False)(ctx, a, b)
-
-
-def _pivots_to_permutation_rule(
-    original: Callable, ctx: Any, pivots: Any, *, permutation_size: int
-) -> Sequence[Any]:
-    if not _small_permutation(ctx.avals_in[0], permutation_size):
-        return original(ctx, pivots, permutation_size=permutation_size)
-    convert = partial(pivots_to_permutation, permutation_size=permutation_size)
-    return compat.lower_function(convert, multiple_results=False)(ctx, pivots)
-
-
-def _cholesky_rule(original: Callable, ctx: Any, operand: Any) -> Sequence[Any]:
-    if not _small(ctx.avals_in[0]):
-        return original(ctx, operand)
-    return compat.lower_function(cholesky, multiple_results=False)(ctx, operand)
-
-
-_RULES = {
-    "lu": _lu_rule,
-    "lu_pivots_to_permutation": _pivots_to_permutation_rule,
-    "triangular_solve": _triangular_solve_rule,
-    "cholesky": _cholesky_rule,
-}
-
-
-def lower_small_linalg() -> None:
-    """Lower small ``lu``, ``triangular_solve`` and ``cholesky`` without LAPACK on CPU.
-
-    And ``lu_pivots_to_permutation``, which ``lu_solve`` runs as a while loop.
-
-    Wraps each primitive's CPU lowering once (calling it again does nothing):
-    the wrapper reads :func:`max_size` whenever a program is lowered.
-    """
-    for name, rule in _RULES.items():
-        compat.wrap_cpu_lowering(name, rule)

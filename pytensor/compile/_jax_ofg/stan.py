@@ -23,6 +23,22 @@ choice.
 
 diffrax and PyMC (the ``examples`` extra) are imported by the functions that
 need them, so importing this module (and the facade) needs neither.
+
+Notes
+-----
+:func:`diffrax_settings`'s ``max_steps`` is ``2 * max_num_steps *
+n_outputs``. A solve that Stan accepts takes at most ``max_num_steps``
+accepted steps in each interval, so at most ``max_num_steps * n_outputs`` in
+all; Stan's budget counts accepted steps (Boost's step checker and CVODES'
+``mxstep``), diffrax's counts every attempt, rejected ones too, hence the
+factor 2. A solve that needs more than twice Stan's budget in every interval
+is rejected by both. (With a total budget, a solve that spends more than
+``max_num_steps`` in one interval and few in the others is accepted here and
+rejected by Stan.)
+
+Stan's ``ode_adjoint_tol_ctl`` (CVODES' adjoint method, with tolerances for
+each of its phases) has no counterpart here: port it as ``ode_bdf_tol`` (or
+``ode_adams_tol``) with its forward tolerances.
 """
 
 from __future__ import annotations
@@ -122,18 +138,15 @@ def diffrax_settings(
     Parameters
     ----------
     stan_function : str
-        The name of Stan's function, a key of :data:`STAN_ODE_FUNCTIONS`:
-        ``"ode_rk45"``, ``"ode_ckrk"``, ``"ode_adams"``, ``"ode_bdf"``, their
-        ``_tol`` forms, ``"integrate_ode_rk45"``, ``"integrate_ode_adams"``,
-        ``"integrate_ode_bdf"``.
+        Stan's function, a key of :data:`STAN_ODE_FUNCTIONS` (``"ode_rk45"``,
+        ``"ode_bdf_tol"``, ``"integrate_ode_bdf"``...).
     rtol, atol, max_num_steps : float, float, int, optional
         Stan's control arguments, positive; ``None`` takes the function's
         default (required for the ``_tol`` forms, as in Stan). ``atol`` may
         be an array, one tolerance per state (diffrax takes that too).
     n_outputs : int
         The number of output times (``size(ts)`` in Stan): Stan's budget is
-        ``max_num_steps`` steps between consecutive output times (and from
-        ``t0`` to the first), so ``n_outputs`` of them in all.
+        ``max_num_steps`` steps per interval between them (from ``t0`` on).
     checkpoints : int or None, optional
         Checkpoints of the reverse pass (:data:`CHECKPOINTS`, 1000); ``None``
         keeps diffrax's default, about ``sqrt(2 * max_steps)`` of them, which
@@ -146,27 +159,14 @@ def diffrax_settings(
         ``adjoint``, to pass to :func:`diffrax.diffeqsolve` with the terms,
         ``t0``, ``t1``, ``y0`` and ``saveat``.
 
-    Notes
-    -----
-    ``max_steps`` is ``2 * max_num_steps * n_outputs``. A solve that Stan
-    accepts takes at most ``max_num_steps`` accepted steps in each interval,
-    so at most ``max_num_steps * n_outputs`` in all; Stan's budget counts
-    accepted steps (Boost's step checker and CVODES' ``mxstep``), diffrax's
-    counts every attempt, rejected ones too, hence the factor 2. A solve that
-    needs more than twice Stan's budget in every interval is rejected by both.
-    (With a total budget, a solve that spends more than ``max_num_steps`` in one
-    interval and few in the others is accepted here and rejected by Stan.)
-
-    Stan's ``ode_adjoint_tol_ctl`` (CVODES' adjoint method, with tolerances
-    for each of its phases) has no counterpart here: port it as
-    ``ode_bdf_tol`` (or ``ode_adams_tol``) with its forward tolerances.
+    ``max_steps`` is ``2 * max_num_steps * n_outputs`` (the module's notes say
+    why); Stan's ``ode_adjoint_tol_ctl`` has no counterpart here.
 
     Examples
     --------
     Stan's ``ode_rk45(f, y0, t0, ts, ...)``, with its defaults:
 
-    >>> import diffrax
-    >>> import jax.numpy as jnp
+    >>> import diffrax, jax.numpy as jnp
     >>> from pytensor.compile.jax_ofg import diffrax_settings
     >>> ts = jnp.array([1.0, 2.0, 3.0, 4.0])
     >>> settings = diffrax_settings("ode_rk45", n_outputs=len(ts))
@@ -186,31 +186,12 @@ def diffrax_settings(
     except ImportError as error:
         raise ImportError(_needs("diffrax_settings", "diffrax")) from error
 
-    try:
-        spec = STAN_ODE_FUNCTIONS[stan_function]
-    except KeyError:
-        known = ", ".join(STAN_ODE_FUNCTIONS)
-        hint = (
-            " (CVODES' adjoint method has no counterpart here: port it as "
-            "ode_bdf_tol or ode_adams_tol with its forward tolerances)"
-            if stan_function == "ode_adjoint_tol_ctl"
-            else ""
-        )
-        raise ValueError(
-            f"unknown Stan ODE function {stan_function!r}{hint}; one of {known}"
-        ) from None
-    given = {"rtol": rtol, "atol": atol, "max_num_steps": max_num_steps}
-    settings = {
-        name: getattr(spec, name) if value is None else value
-        for name, value in given.items()
-    }
-    missing = [name for name, value in settings.items() if value is None]
-    if missing:
-        raise ValueError(f"{stan_function} has no default for {', '.join(missing)}")
-    for name, value in settings.items():
-        # numbers only: a traced or array atol is diffrax's to check
-        if isinstance(value, int | float) and not value > 0:
-            raise ValueError(f"{name} must be positive, got {value}")
+    spec = _stan_ode(stan_function)
+    settings = _controls(
+        stan_function,
+        spec,
+        {"rtol": rtol, "atol": atol, "max_num_steps": max_num_steps},
+    )
     if n_outputs < 1:
         raise ValueError(f"n_outputs must be at least 1, got {n_outputs}")
     adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=checkpoints)
@@ -223,6 +204,39 @@ def diffrax_settings(
         "max_steps": 2 * int(settings["max_num_steps"]) * int(n_outputs),
         "adjoint": adjoint,
     }
+
+
+def _stan_ode(stan_function: str) -> StanODE:
+    """The entry of :data:`STAN_ODE_FUNCTIONS`, or a ValueError naming them."""
+    try:
+        return STAN_ODE_FUNCTIONS[stan_function]
+    except KeyError:
+        known = ", ".join(STAN_ODE_FUNCTIONS)
+        hint = (
+            " (CVODES' adjoint method has no counterpart here: port it as "
+            "ode_bdf_tol or ode_adams_tol with its forward tolerances)"
+            if stan_function == "ode_adjoint_tol_ctl"
+            else ""
+        )
+        raise ValueError(
+            f"unknown Stan ODE function {stan_function!r}{hint}; one of {known}"
+        ) from None
+
+
+def _controls(stan_function: str, spec: StanODE, given: dict) -> dict:
+    """Stan's control arguments: those given, else the function's defaults; checked."""
+    settings = {
+        name: getattr(spec, name) if value is None else value
+        for name, value in given.items()
+    }
+    missing = [name for name, value in settings.items() if value is None]
+    if missing:
+        raise ValueError(f"{stan_function} has no default for {', '.join(missing)}")
+    for name, value in settings.items():
+        # numbers only: a traced or array atol is diffrax's to check
+        if isinstance(value, int | float) and not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    return settings
 
 
 def _needs(function: str, package: str) -> str:
@@ -279,7 +293,8 @@ def stan_initvals(
         When no draw of ``attempts`` for a chain gave a finite log-density and
         gradient: the message names the model's free variables and the terms
         that were not finite at the last draw. Or when the model has discrete
-        free variables.
+        free variables, or ``chains``, ``attempts`` or ``radius`` is not
+        positive.
 
     Examples
     --------
@@ -298,6 +313,39 @@ def stan_initvals(
     ``pm.sample(initvals=points)`` starts each chain at its point (nutpie
     takes one dict for all chains and jitters it: ``initvals=points[0]``).
     """
+    _check_start_arguments(model, chains, attempts, radius)
+    free = list(model.free_RVs)
+    value_vars = [model.rvs_to_values[rv] for rv in free]
+    shapes = {name: np.shape(value) for name, value in model.initial_point().items()}
+    terms = [*model.basic_RVs, *model.potentials]
+    function = _start_function(model, free, value_vars, terms)
+    rng = np.random.default_rng(seed)
+    sizes = [(shapes[v.name], v.dtype) for v in value_vars]
+    points = []
+    for chain in range(chains):
+        point, logps = _start_point(function, rng, radius, sizes, free, attempts)
+        if point is None:
+            message = _no_start_message(model, chain, attempts, radius, terms, logps)
+            raise ValueError(message)
+        points.append(point)
+    return points
+
+
+def _start_point(function, rng, radius: float, sizes: list, free: list, attempts: int):
+    """A point where the log-density and its gradient are finite (None when no draw
+    of ``attempts`` gave one), and the terms' log-densities at the last draw."""
+    for _ in range(attempts):
+        draw = [rng.uniform(-radius, radius, size=s).astype(d) for s, d in sizes]
+        gradient, *rest = function(*draw)
+        logps = np.array(rest[: len(rest) - len(free)], dtype=float)
+        if np.isfinite(logps.sum()) and np.isfinite(gradient).all():
+            values = rest[len(logps) :]
+            point = {rv.name: np.array(v) for rv, v in zip(free, values, strict=True)}
+            return point, logps
+    return None, logps
+
+
+def _check_start_arguments(model, chains: int, attempts: int, radius: float) -> None:
     if chains < 1 or attempts < 1:
         raise ValueError(
             f"chains and attempts must be at least 1, got {chains} and {attempts}"
@@ -310,42 +358,20 @@ def stan_initvals(
             "stan_initvals draws continuous parameters, as Stan has no other; "
             f"discrete free variables: {', '.join(discrete)}"
         )
-    free = list(model.free_RVs)
-    value_vars = [model.rvs_to_values[rv] for rv in free]
-    shapes = {name: np.shape(value) for name, value in model.initial_point().items()}
-    terms = [*model.basic_RVs, *model.potentials]
-    # One function, compiled once: the gradient, each term's log-density
-    # (their sum is the model's, Jacobians included) and the free variables
-    # on the constrained scale.
+
+
+def _start_function(model, free: list, value_vars: list, terms: list):
+    """One function, compiled once: the gradient, each term's log-density (their
+    sum is the model's, Jacobians included) and the free variables on the
+    constrained scale."""
     term_logps = [pt.sum(logp) for logp in model.logp(terms, sum=False)]
     constrained = model.replace_rvs_by_values(free)
-    function = model.compile_fn(
+    return model.compile_fn(
         [model.dlogp(), *term_logps, *constrained],
         inputs=value_vars,
         point_fn=False,
         on_unused_input="ignore",
     )
-    rng = np.random.default_rng(seed)
-    points = []
-    for chain in range(chains):
-        for _ in range(attempts):
-            draw = [
-                rng.uniform(-radius, radius, size=shapes[v.name]).astype(v.dtype)
-                for v in value_vars
-            ]
-            gradient, *rest = function(*draw)
-            logps = np.array(rest[: len(terms)], dtype=float)
-            if np.isfinite(logps.sum()) and np.isfinite(gradient).all():
-                values = rest[len(terms) :]
-                points.append(
-                    {rv.name: np.array(v) for rv, v in zip(free, values, strict=True)}
-                )
-                break
-        else:
-            raise ValueError(
-                _no_start_message(model, chain, attempts, radius, terms, logps)
-            )
-    return points
 
 
 def stan_bound(name: str, value, lower=None, upper=None, *, model=None):

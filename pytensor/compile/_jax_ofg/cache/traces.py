@@ -3,8 +3,11 @@
 :func:`cached` keeps a trace's result only when its key describes everything
 the trace ran (:mod:`~pytensor.compile._jax_ofg.cache.watch` watches it: an
 allowlist); what cannot be keyed, or ran anything else, is not cached.
-Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
-flag ``jax_ofg__trace_cache`` (:func:`add_config_flag`).
+Its entries are kept behind two methods, ``get`` and ``put``
+(``cache/storage``), under keys made in ``cache/keys``. Registers nothing
+itself: :func:`install` (run by :func:`pytensor.compile.jax_ofg.install`)
+adds the flag ``jax_ofg__trace_cache``. With it ``off``, nothing of the cache
+runs: no key, no watch (and none of its process-wide hooks), no entry.
 
 Notes
 -----
@@ -19,36 +22,30 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
-import pickle
 import threading
 import types
-from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pytensor import config
 from pytensor.compile._jax_ofg.cache.environment import (
-    environment_fingerprint,
+    installed_distributions,
     installed_distributions_changed,
 )
-from pytensor.compile._jax_ofg.cache.files import remove_orphans, write_whole
-from pytensor.compile._jax_ofg.cache.fingerprints import (
-    Undescribable,
-    describe_with_code,
-    digest,
-)
+from pytensor.compile._jax_ofg.cache.keys import Undescribable, trace_key
+from pytensor.compile._jax_ofg.cache.storage import DiskStorage, MemoryStorage
 from pytensor.compile._jax_ofg.cache.watch import paused, watching
 from pytensor.configparser import ConfigParam
 
 
 __all__ = [
-    "MAX_BYTES",
     "StaleTraceError",
     "add_config_flag",
     "cached",
     "clear_trace_cache",
+    "install",
     "mode",
     "proven_trace",
     "trace_cache_dir",
@@ -57,14 +54,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-#: The cache's size on disk at most; the oldest entries go first beyond it.
-MAX_BYTES = 512 * 2**20
-#: Names of entries being written (readers skip names starting with a dot).
-TEMPORARY_PREFIX = ".tmp-"
-
-#: Changes when what an entry holds changes.
-FORMAT = 3
 
 LOGGER = logging.getLogger("pytensor.compile.jax_ofg")
 
@@ -164,15 +153,6 @@ def unproven_traces() -> Iterator[list[str]]:
         logs.remove(log)
 
 
-# ---------------------------------------------------------------------- keys
-def key_of(kind: str, parts: Any) -> tuple[str, tuple[types.CodeType, ...]]:
-    """Return the key of a ``kind`` entry for what ``parts`` describe, and the user code
-    the key covers; raises Undescribable.
-    """
-    text, codes = describe_with_code(parts)
-    return digest(f"{FORMAT}|{kind}|{text}|{environment_fingerprint()}"), codes
-
-
 # --------------------------------------------------------------------- entries
 @dataclasses.dataclass(frozen=True)
 class Entry:
@@ -181,54 +161,23 @@ class Entry:
     value: Any
 
 
-class BoundedCache:
-    """A thread-safe LRU mapping: the least recently used entry goes first.
+#: Entries of this process, and on disk, by ``"{key}.{kind}"``.
+_MEMORY = MemoryStorage(1024)
+_DISK = DiskStorage(lambda: trace_cache_dir())
 
-    Examples
-    --------
-    >>> cache = BoundedCache(2)
-    >>> cache.put("a", 1); cache.put("b", 2); cache.peek("a")
-    1
-    >>> cache.put("c", 3)  # "b" is the least recently used
-    >>> len(cache), cache.peek("b"), cache.peek("a")
-    (2, None, 1)
-    """
-
-    def __init__(self, size: int):
-        self.size = size
-        self._entries: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def peek(self, key: Hashable) -> Any:
-        """Return the value under ``key``, or None (marks it recently used)."""
-        with self._lock:
-            value = self._entries.get(key)
-            if value is not None:
-                self._entries.move_to_end(key)
-            return value
-
-    def put(self, key: Hashable, value: Any) -> None:
-        """Keep ``value`` under ``key``, replacing what was there."""
-        with self._lock:
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            if len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-
-    def pop(self, key: Hashable) -> None:
-        with self._lock:
-            self._entries.pop(key, None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
+#: Whether the installed distributions were taken as the process started
+#: (:func:`install`, with the cache on): without, no trace is kept.
+_started_on = False
 
 
-#: Entries of this process, by (kind, key).
-_MEMORY = BoundedCache(1024)
+def install() -> None:
+    """Add the flag; with the cache on, take the installed distributions as the
+    process starts (part of every key). With it off, nothing of the cache runs."""
+    global _started_on
+    add_config_flag()
+    if mode() != "off":
+        installed_distributions()
+        _started_on = True
 
 
 def cached[T](
@@ -248,7 +197,8 @@ def cached[T](
     describe, the key is the same after the trace as before (nothing it
     describes changed meanwhile) and no package was installed since the
     process started; otherwise the function is counted as uncached, with
-    the reason.
+    the reason. With the cache off, ``compute()`` runs, unwatched, and nothing
+    is kept.
 
     A ``cached`` call inside another's ``compute`` must key parts of the outer
     one's parts (the outer entry, once kept, is served without running it).
@@ -271,14 +221,15 @@ def cached[T](
         differ, or None when they do not (default: ``!=``).
     """
     current = mode()
-    on_disk = persist and current != "off"
+    if current == "off":  # nothing of the cache runs: no key, no watch, no entry
+        return compute()
     with paused():
         try:
-            key, covered = key_of(kind, parts)
+            key, covered = trace_key(kind, parts)
         except Undescribable as error:
             uncached(name, kind, str(error))
             key = None
-        entry = None if key is None else _lookup(kind, key, on_disk)
+        entry = None if key is None else _lookup(f"{key}.{kind}", persist)
     if key is None:
         return compute()
     if entry is None:
@@ -291,7 +242,7 @@ def cached[T](
             uncached(name, kind, refusal)
         else:
             with paused():
-                _store(kind, key, Entry(value), on_disk)
+                _store(f"{key}.{kind}", Entry(value), persist)
         return value
     _count("hits")
     if current == "verify":
@@ -318,9 +269,11 @@ def proven_trace[R](compute: Callable[[], R], parts: Any) -> tuple[R, str | None
     (``jax.jit`` tracing a program), and why it is unproven (None: the watch saw only
     what the key of ``parts`` describes, so it may be reused in this process).
     """
+    if mode() == "off":
+        return compute(), "the trace cache is off (jax_ofg__trace_cache)"
     with paused():
         try:
-            key, covered = key_of("proven", parts)
+            key, covered = trace_key("proven", parts)
         except Undescribable as error:
             return compute(), str(error)
     value, refusal = _watched(compute, covered)
@@ -342,113 +295,32 @@ def _watched[R](
 def _changed_meanwhile(kind: str, parts: Any, key: str) -> str | None:
     """Return why an entry traced under ``key`` may not be kept after all, or None."""
     try:
-        now, _ = key_of(kind, parts)
+        now, _ = trace_key(kind, parts)
     except Undescribable as error:
         return f"after its trace, {error}"
     if now != key:
         return "what its key describes changed while it was traced"
+    if not _started_on:
+        return "the trace cache was off when this process started"
     if installed_distributions_changed():
         return "packages were installed or upgraded since this process started"
     return None
 
 
-def _lookup(kind: str, key: str, persist: bool) -> Entry | None:
-    entry = _MEMORY.peek((kind, key))
+def _lookup(name: str, persist: bool) -> Entry | None:
+    entry = _MEMORY.get(name)
     if entry is None and persist:
-        entry = _load(key, kind)
-        if entry is not None:
-            _MEMORY.put((kind, key), entry)
+        entry = _DISK.get(name)
+        if not isinstance(entry, Entry):
+            return None
+        _MEMORY.put(name, entry)
     return entry
 
 
-def _store(kind: str, key: str, entry: Entry, persist: bool) -> None:
-    _MEMORY.put((kind, key), entry)
+def _store(name: str, entry: Entry, persist: bool) -> None:
+    _MEMORY.put(name, entry)
     if persist:
-        _write(key, kind, entry)
-
-
-# ----------------------------------------------------------------------- disk
-def _path(key: str, kind: str) -> Path | None:
-    folder = trace_cache_dir()
-    return None if folder is None else folder / f"{key}.{kind}"
-
-
-def _load(key: str, kind: str) -> Entry | None:
-    path = _path(key, kind)
-    if path is None:
-        return None
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    try:
-        entry = pickle.loads(data)
-    except Exception:  # written by an incompatible version, or damaged
-        with contextlib.suppress(OSError):
-            path.unlink()
-        return None
-    return entry if isinstance(entry, Entry) else None
-
-
-def _write(key: str, kind: str, entry: Entry) -> bool:
-    """Write ``entry`` atomically; whether it was written (never an error)."""
-    path = _path(key, kind)
-    if path is None:
-        return False
-    try:
-        data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return False
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_whole(path, data, prefix=TEMPORARY_PREFIX)
-    except OSError as error:  # a full disk, a quota, a folder removed meanwhile
-        LOGGER.debug(
-            "trace cache: %s entry %s not written to %s (%s: %s); the run goes on "
-            "with it in memory only",
-            kind,
-            key,
-            path.parent,
-            type(error).__name__,
-            error,
-        )
-        return False
-    _prune(path.parent)
-    return True
-
-
-def _entries(folder: Path) -> list[os.DirEntry]:
-    try:
-        with os.scandir(folder) as entries:
-            return [e for e in entries if e.is_file() and not e.name.startswith(".")]
-    except OSError:
-        return []
-
-
-def _stats(folder: Path) -> list[tuple[os.DirEntry, os.stat_result]]:
-    """Return the folder's entries with their stats, but for those another
-    process removed meanwhile."""
-    found = []
-    for entry in _entries(folder):
-        with contextlib.suppress(OSError):
-            found.append((entry, entry.stat()))
-    return found
-
-
-def _prune(folder: Path) -> None:
-    """Remove the oldest entries until the folder holds at most :data:`MAX_BYTES`,
-    and the temporary files of writers killed mid-write."""
-    remove_orphans(folder, TEMPORARY_PREFIX)
-    entries = _stats(folder)
-    total = sum(stat.st_size for _, stat in entries)
-    if total <= MAX_BYTES:
-        return
-    for entry, stat in sorted(entries, key=lambda e: e[1].st_mtime):
-        with contextlib.suppress(OSError):
-            os.unlink(entry.path)
-            total -= stat.st_size
-        if total <= MAX_BYTES:
-            return
+        _DISK.put(name, entry)
 
 
 def trace_cache_info() -> dict[str, Any]:
@@ -458,15 +330,16 @@ def trace_cache_info() -> dict[str, Any]:
     when the cache is off); ``hits``, ``misses``, ``verified`` (hits checked
     against a fresh trace) and ``uncached`` (lookups whose result was not
     kept: an undescribable key, or a trace that ran what its key does not
-    describe) count lookups of this process; ``uncached_functions`` maps each
-    function left uncached to the latest reason.
+    describe) count lookups of this process (none when the cache is off);
+    ``uncached_functions`` maps each function left uncached to the latest
+    reason.
 
     >>> sorted(trace_cache_info())  # doctest: +NORMALIZE_WHITESPACE
     ['bytes', 'entries', 'hits', 'misses', 'mode', 'path', 'uncached',
      'uncached_functions', 'verified']
     """
     folder = trace_cache_dir()
-    entries = [] if folder is None else _stats(folder)
+    entries = _DISK.stats()
     with _LOCK:
         counts = {k: _COUNTS[k] for k in ("hits", "misses", "verified")}
         counts["uncached"] = _COUNTS["uncached"]
@@ -484,7 +357,4 @@ def trace_cache_info() -> dict[str, Any]:
 def clear_trace_cache() -> None:
     """Empty the trace cache, in memory and on disk (``rm -r compiledir/jax_ofg_traces``)."""
     _MEMORY.clear()
-    folder = trace_cache_dir()
-    for entry in [] if folder is None else _entries(folder):
-        with contextlib.suppress(OSError):
-            os.unlink(entry.path)
+    _DISK.clear()

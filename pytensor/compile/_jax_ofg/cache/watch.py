@@ -5,8 +5,9 @@ by its key. :func:`watching` watches a trace (Python code starting, calls of C
 functions, audit events, in the tracing thread) and notes the first thing it
 sees that the key cannot vouch for; :func:`paused` marks the cache's own work
 (computing keys, reading and writing entries) as no part of the trace.
-Registers nothing itself: :func:`install` (run by
-:func:`pytensor.compile.jax_ofg.install`) adds the audit hook.
+Registers nothing when imported: the first watched trace adds the watch's
+process-wide hooks (``hooks/audit_hook``, ``hooks/monitoring_tool``); with
+``jax_ofg__trace_cache=off`` no trace is watched.
 
 What is allowed:
 
@@ -63,6 +64,7 @@ import jax
 from pytensor.compile._jax_ofg import compat
 from pytensor.compile._jax_ofg.cache.code_origin import import_kind, module_kind
 from pytensor.compile._jax_ofg.cache.environment import UNKEYED_FLAGS
+from pytensor.compile._jax_ofg.hooks import audit_hook, monitoring_tool
 
 
 __all__ = [
@@ -70,7 +72,6 @@ __all__ = [
     "TRUSTED_CALLS",
     "TraceWatch",
     "fresh_trace_context",
-    "install",
     "paused",
     "watching",
 ]
@@ -79,10 +80,6 @@ _monitoring = sys.monitoring
 _EVENTS = _monitoring.events
 _DISABLE = _monitoring.DISABLE
 _get_ident = threading.get_ident
-
-#: sys.monitoring's tool ids that no standard tool claims (0-2 and 5 are the
-#: debugger's, coverage's, the profiler's and the optimizer's).
-_TOOL_IDS = (4, 3)
 
 #: Modules whose C functions and types compute from their arguments only.
 #: A name ending in "." covers its sub-modules too.
@@ -394,18 +391,18 @@ def paused() -> Iterator[None]:
 def _start_monitoring() -> bool:
     global _tool_id
     if _tool_id is None:
-        for candidate in _TOOL_IDS:
-            try:
-                _monitoring.use_tool_id(candidate, "pytensor-jax-ofg trace cache")
-            except ValueError:
-                continue
-            _tool_id = candidate
-            _monitoring.register_callback(candidate, _EVENTS.PY_START, _on_start)
-            _monitoring.register_callback(candidate, _EVENTS.CALL, _on_call)
-            for event in (_EVENTS.PY_RETURN, _EVENTS.PY_UNWIND):
-                _monitoring.register_callback(candidate, event, _on_import_end)
-            break
-        else:
+        # The process-wide hooks, added the first time a trace is watched.
+        audit_hook.install(_on_audit)
+        _tool_id = monitoring_tool.claim(
+            "pytensor-jax-ofg trace cache",
+            {
+                _EVENTS.PY_START: _on_start,
+                _EVENTS.CALL: _on_call,
+                _EVENTS.PY_RETURN: _on_import_end,
+                _EVENTS.PY_UNWIND: _on_import_end,
+            },
+        )
+        if _tool_id is None:
             return False
     _monitoring.set_events(_tool_id, _EVENTS.PY_START | _EVENTS.PY_UNWIND)
     for code in tuple(_INSTRUMENTED.values()):  # other threads may add to it
@@ -827,14 +824,3 @@ def _on_audit(
             _check_caller(state, compat.caller_frame(1), f"<audit event {event}>")
     except RecursionError:  # at the recursion limit: no Python call here
         _refuse(state, f"the audit event {event} at the recursion limit")
-
-
-_installed = False
-
-
-def install() -> None:
-    """Add the audit hook (once per process; it cannot be removed)."""
-    global _installed
-    if not _installed:
-        _installed = True
-        sys.addaudithook(_on_audit)

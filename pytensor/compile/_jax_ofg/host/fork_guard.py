@@ -3,7 +3,7 @@
 Every host call checks :data:`forked_after_jax_started` and raises
 :class:`ForkedAfterJaxError`. Registers nothing itself:
 :func:`pytensor.compile.jax_ofg.install` registers :func:`before_fork` and
-:func:`after_fork_in_child` with :func:`os.register_at_fork`.
+:func:`after_fork_in_child` (``hooks/at_fork``).
 """
 
 from __future__ import annotations

@@ -16,11 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from pytensor.compile._jax_ofg.cache import traces as trace_cache
-from pytensor.compile._jax_ofg.cache.fingerprints import (
-    Undescribable,
-    fingerprint_or_raise,
-)
+from pytensor.compile._jax_ofg.cache import api as trace_cache
 from pytensor.compile._jax_ofg.errors import report, runtime_error_counts
 from pytensor.compile._jax_ofg.host import fork_guard
 from pytensor.compile._jax_ofg.host.packing import DtypePacking, Plan
@@ -32,7 +28,7 @@ from pytensor.tensor.type import TensorType
 
 
 #: Programs of recently used ops (see :attr:`JaxHostOp.program`).
-PROGRAMS = trace_cache.BoundedCache(64)
+PROGRAMS = trace_cache.MemoryStorage(64)
 
 HostFunction = Callable[..., list[np.ndarray]]
 
@@ -108,13 +104,13 @@ class JaxHostOp:
         """
         base = self.with_copied_outputs(None)
         try:
-            op_print = fingerprint_or_raise(base)
-        except Undescribable as error:
+            op_print = trace_cache.program_key(base)
+        except trace_cache.Undescribable as error:
             names = ", ".join(self.wrapped_function_names())
             trace_cache.uncached(names, "program", str(error))
             return self._new_program(None)
         key = (base, op_print, host_device_name())
-        program = PROGRAMS.peek(key)
+        program = PROGRAMS.get(key)
         if program is None or not program.is_current():
             program = self._new_program(base)
             PROGRAMS.put(key, program)

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pytensor import config
-from pytensor.compile._jax_ofg.cache import traces as trace_cache
+from pytensor.compile._jax_ofg.cache import api as trace_cache
 from pytensor.compile._jax_ofg.host import cores
 from pytensor.compile._jax_ofg.host.checks import (
     NotFlaggable,

@@ -124,6 +124,34 @@ def _value_and_vjp(forward: Apply, vjp_node: Apply) -> dict[Variable, Variable]:
     return dict(zip([*forward.outputs, *vjp_node.outputs], outputs))
 
 
+def _with_residuals(forward: Apply, vjp: VJPFunction, primal_types: list):
+    """The split of ``vjp`` (forward and backward functions) and the forward op that
+    also returns its residuals, one vector per dtype; None when the residuals'
+    dtypes cannot be traced abstractly."""
+    forward_op: OpFromJax = forward.op
+    try:
+        dtypes = residual_dtypes(
+            vjp,
+            [t.shape for t in primal_types],
+            [t.dtype for t in primal_types],
+            forward_op.traced_sizes,
+        )
+    except Exception:
+        return None
+    forward_fn, backward_fn = vjp.split(dtypes)
+    fused_op = forward_op.derive(
+        forward_fn,
+        forward_op.input_types,
+        [
+            *forward_op.output_types,
+            *(TensorType(dtype, shape=(None,)) for dtype in dtypes),
+        ],
+        name=f"{forward_op.describe()}+residuals",
+        output_dims=(*forward_op.output_dims, *((None,) for _ in dtypes)),
+    )
+    return forward_fn, backward_fn, fused_op
+
+
 def fuse_value_and_vjp(
     fgraph, node: Apply, plan: IslandPlan | None = None
 ) -> dict[Variable, Variable] | None:
@@ -170,30 +198,12 @@ def fuse_value_and_vjp(
         # (SharedPullbacks): no residuals to trace for, nor to pack.
         return None
     else:
-        forward_op: OpFromJax = forward.op
-        primal_types = vjp_op.input_types[: len(primals)]
-        try:
-            dtypes = residual_dtypes(
-                vjp,
-                [t.shape for t in primal_types],
-                [t.dtype for t in primal_types],
-                forward_op.traced_sizes,
-            )
-        except Exception:  # cannot be traced abstractly: keep the two passes
+        split = _with_residuals(forward, vjp, vjp_op.input_types[: len(primals)])
+        if split is None:  # cannot be traced abstractly: keep the two passes
             return None
-        forward_fn, backward_fn = vjp.split(dtypes)
-        fused_op = forward_op.derive(
-            forward_fn,
-            forward_op.input_types,
-            [
-                *forward_op.output_types,
-                *(TensorType(dtype, shape=(None,)) for dtype in dtypes),
-            ],
-            name=f"{forward_op.describe()}+residuals",
-            output_dims=(*forward_op.output_dims, *((None,) for _ in dtypes)),
-        )
+        forward_fn, backward_fn, fused_op = split
         outputs = fused_op(*primals, return_list=True)
-        n_outputs = len(forward_op.output_types)
+        n_outputs = len(forward.op.output_types)
         outputs, residuals = outputs[:n_outputs], outputs[n_outputs:]
         copy_stack_trace(forward.outputs, outputs)
         replacements.update(zip(forward.outputs, outputs))

@@ -7,8 +7,11 @@ rewrite forms it. Registers nothing.
 
 from __future__ import annotations
 
+import importlib
+import sys
 import warnings
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 import jax
@@ -18,7 +21,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.cache.import_hooks import jax_backend
+from pytensor.compile._jax_ofg.cache.api import unwatched
 from pytensor.compile._jax_ofg.errors import RaisedWhile, mark, raised_while
 from pytensor.compile._jax_ofg.host.op import JaxHostOp
 from pytensor.compile._jax_ofg.op.from_jax import OpFromJax
@@ -63,10 +66,11 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
     inputs, outputs
         The boundary of the subgraph in the outer graph.
     static_inputs
-        Positions of integer scalar inputs that XLA gets as constants: lengths
+        Positions of the integer inputs that XLA gets as constants: values
         computed from constants and shared variables alone (PyMC's
-        ``dim_lengths``), which JAX needs concrete to build arrays of that
-        length. A new value (``pm.set_data``) retraces the program.
+        ``dim_lengths``) that are scalars, or vectors that decide a shape in
+        the island, which JAX needs concrete to build arrays of that shape.
+        A new value (``pm.set_data``) retraces the program.
     """
 
     def __init__(
@@ -306,6 +310,16 @@ class JaxIsland(JaxHostOp, compat.op_from_graph_base()):
             )
             for out in node.outputs
         ]
+
+
+def jax_backend() -> ModuleType:
+    """PyTensor's JAX backend, imported on first use (about a second; what importing
+    it runs is no part of a trace the cache watches)."""
+    module = sys.modules.get(compat.JAX_BACKEND)
+    if module is None:
+        with unwatched():
+            module = importlib.import_module(compat.JAX_BACKEND)
+    return module
 
 
 def _lowering(fgraph: FunctionGraph) -> Callable[..., Sequence[Any]]:

@@ -21,9 +21,8 @@ from collections.abc import Iterable, Sequence
 
 import pytensor.tensor as pt
 from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.cache import traces as trace_cache
-from pytensor.compile._jax_ofg.cache.import_hooks import jax_backend
-from pytensor.compile._jax_ofg.islands.op import ISLANDS_REWRITE, JaxIsland
+from pytensor.compile._jax_ofg.cache import api as trace_cache
+from pytensor.compile._jax_ofg.islands.op import ISLANDS_REWRITE, JaxIsland, jax_backend
 from pytensor.compile._jax_ofg.op.from_jax import OpFromJax
 from pytensor.compile._jax_ofg.tracing.dims import evaluate_values, is_fixed
 from pytensor.compile.sharedvalue import SharedVariable

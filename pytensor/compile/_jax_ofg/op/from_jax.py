@@ -65,7 +65,7 @@ class OpFromJax(JaxHostOp, Op):
         One :class:`~pytensor.tensor.type.TensorType` per output (or a single
         type). Every output the function returns is checked against them.
     name
-        Shown in graphs; defaults to ``fn.__name__``.
+        Shown in graphs; defaults to ``fn.__name__`` (else ``"jax_function"``).
     output_dims
         For :meth:`infer_shape`: per output, per dim, a static size or an
         expression over input dims named ``s{input}_{dim}`` (``"2*s0_0"``).

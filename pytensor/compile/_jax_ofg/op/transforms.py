@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from pytensor.compile._jax_ofg.cache import traces as trace_cache
+from pytensor.compile._jax_ofg.cache import api as trace_cache
 from pytensor.compile._jax_ofg.host.packing import DtypePacking, dtype_name
 from pytensor.compile._jax_ofg.tracing.functions import (
     ArrayTuple,

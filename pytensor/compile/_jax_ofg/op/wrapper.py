@@ -18,7 +18,7 @@ import jax
 
 import pytensor.tensor as pt
 from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.cache import traces as trace_cache
+from pytensor.compile._jax_ofg.cache import api as trace_cache
 from pytensor.compile._jax_ofg.op.from_jax import OpFromJax, describe_types
 from pytensor.compile._jax_ofg.tracing.dims import input_dims
 from pytensor.compile._jax_ofg.tracing.functions import (
@@ -134,9 +134,10 @@ class JaxOpWrapper:
     """A JAX function made callable with PyTensor variables (see :func:`as_jax_op`).
 
     Equal calls (the same static arguments and input types) give equal ops,
-    which PyTensor merges and which share one jitted program; their output
-    types are traced once (:mod:`~pytensor.compile._jax_ofg.cache.traces`). A
-    module-level wrapper pickles by name, like the function it replaces.
+    which PyTensor merges; with the trace cache on (the default), they share
+    one jitted program and their output types are traced once
+    (:mod:`~pytensor.compile._jax_ofg.cache.traces`). A module-level wrapper
+    pickles by name, like the function it replaces.
 
     Examples
     --------
@@ -316,14 +317,15 @@ def as_jax_op(
     output_types: Any = None,
     gradient: str = "auto",
 ) -> Any:
-    """Make a JAX function callable with PyTensor variables.
+    """Make a JAX function callable with PyTensor variables: a :class:`JaxOpWrapper`.
 
     The function may take and return any pytree (dicts, lists, tuples,
     namedtuples, equinox modules...). Leaves that are PyTensor variables become
     the op's inputs; every other leaf (numbers, strings, None, callables,
     NumPy/JAX arrays) is a static argument, baked into the op and part of its
-    identity. Callables returned by the function become
-    :class:`SymbolicCallable`\\ s that other wrapped functions can take.
+    identity. Called with PyTensor variables, the wrapper returns the output
+    pytree with PyTensor variables at its array leaves; callables in it are
+    :class:`SymbolicCallable`\\ s, which other wrapped functions can take.
 
     Parameters
     ----------
@@ -338,33 +340,23 @@ def as_jax_op(
         variable replaced by its type and returning such a pytree.
     gradient
         How gradients go through the function: ``"reverse"`` (``jax.vjp``),
-        ``"forward"`` (Jacobians from a ``vmap`` of the JVP over the input
-        directions, contracted with the cotangents) or ``"auto"`` (the
-        default: forward mode for few differentiated numbers or a function
-        that only supports it, such as a diffrax solve with
-        ``adjoint=diffrax.ForwardMode()``; reverse otherwise). Forward mode
-        wins for few parameters and a costly (stiff) solve; see the guide's
-        "Forward or reverse mode".
-
-    Returns
-    -------
-    JaxOpWrapper
-        Calling it with PyTensor variables returns the function's output pytree
-        with PyTensor variables at its array leaves.
+        ``"forward"`` (Jacobians from a ``vmap`` of the JVP over the
+        differentiated input directions, contracted with the cotangents) or
+        ``"auto"`` (the default): reverse mode, unless the function cannot go
+        through it (a loop only forward mode goes through, such as a diffrax
+        solve with ``adjoint=diffrax.ForwardMode()``), then forward; never
+        chosen by size. Pass ``"forward"`` for few parameters and a costly
+        (stiff) solve, where it wins (the guide's "Forward or reverse mode").
 
     Examples
     --------
-    >>> import jax.numpy as jnp
-    >>> import numpy as np
-    >>> import pytensor
-    >>> import pytensor.tensor as pt
+    >>> import jax.numpy as jnp, numpy as np, pytensor, pytensor.tensor as pt
     >>> @as_jax_op
     ... def model(params, x, *, kind="tanh"):
     ...     h = params["w"] @ x + params["b"]
     ...     h = jnp.tanh(h) if kind == "tanh" else h
     ...     return {"mean": h, "norm": jnp.sum(h**2)}
-    >>> w = pt.matrix("w", shape=(2, 3))
-    >>> b = pt.vector("b", shape=(2,))
+    >>> w, b = pt.matrix("w", shape=(2, 3)), pt.vector("b", shape=(2,))
     >>> x = pt.vector("x", shape=(3,))
     >>> out = model({"w": w, "b": b}, x, kind="linear")
     >>> out["mean"].type

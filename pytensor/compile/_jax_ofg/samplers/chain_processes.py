@@ -193,33 +193,29 @@ def sample_in_processes(
     ----------
     model : pymc.Model or callable, optional
         The model (by default the one of the enclosing ``with`` block), or a
-        function of no arguments that builds it. Sent to the workers by
-        :mod:`cloudpickle`: functions and classes defined in an importable
-        module are sent by reference and imported there (the workers get
-        this process's :data:`sys.path`).
+        function of no arguments that builds it. Sent by :mod:`cloudpickle`:
+        functions and classes of an importable module are sent by reference
+        and imported in the workers (which get this process's :data:`sys.path`).
     chains : int
-        How many chains in all.
+        How many chains in all (4 by default).
     cores : int, optional
-        How many workers, each pinned to one of the cores this process may
-        run on; by default, and at most, as many as there are such cores, and
-        at most ``chains``. The chains are split among the workers as evenly
-        as possible.
+        How many workers, each pinned to one of the cores this process may run
+        on; by default, and at most, as many as there are such cores, and at
+        most ``chains``, which are split among them as evenly as possible.
     seed : int, optional
         The seed of every worker's own seed (a :class:`numpy.random.SeedSequence`);
         by default fresh entropy.
     compile_kwargs : dict, optional
         Keyword arguments of ``nutpie.compile_pymc_model`` (``initial_points``,
-        ``jitter_rvs``, ``backend``, ...). Sent with the model, so that
-        variables used as keys stay the model's own; with a function that
-        builds the model, name them instead.
+        ``jitter_rvs``, ``backend``, ...), sent with the model (variables used
+        as keys stay the model's own; with a function building it, use names).
     timeout : float, optional
         Seconds the workers may take in all; by default no limit.
     **sample_kwargs
         Keyword arguments of ``nutpie.sample`` (``tune``, ``draws``,
         ``target_accept``, ``adaptation``, ``save_warmup``, ...), but not
-        ``chains``, ``cores``, ``seed`` or ``progress_bar``, which are set
-        here, nor ``blocking``, ``progress_callback``, ``zarr_store`` or
-        ``return_raw_trace``.
+        ``chains``, ``cores``, ``seed`` or ``progress_bar`` (set here), nor
+        ``blocking``, ``progress_callback``, ``zarr_store``, ``return_raw_trace``.
 
     Returns
     -------
@@ -230,8 +226,8 @@ def sample_in_processes(
         the model's ``observed_data`` and ``constant_data``, and the
         posterior's ``sampling_time`` (seconds from the first worker's start
         of sampling to the last one's end) and ``tuning_steps``. Warm-up
-        groups are kept unless ``save_warmup=False`` (nutpie's default;
-        ``pm.sample`` passes ``False`` unless told to keep them).
+        groups are kept (nutpie's default) unless ``save_warmup=False``
+        (which ``pm.sample`` passes unless told to keep them).
 
     Raises
     ------
@@ -247,10 +243,9 @@ def sample_in_processes(
         When interrupted (Ctrl-C, SIGINT) once a worker sampled: as
         ``pm.sample`` does, it returns the draws made so far (none when
         interrupted during tuning). The interrupt reaches every worker, each
-        returns its trace so far (chains of different lengths are padded
-        with NaN, as nutpie pads its own), and no worker is left running. A
-        second interrupt while they write their traces stops them at once and
-        raises.
+        returns its trace so far (shorter chains padded with NaN, as nutpie
+        pads its own), and no worker is left running. A second interrupt
+        while they write their traces stops them at once and raises.
     """
     results = run_chain_processes(
         model,
@@ -261,6 +256,11 @@ def sample_in_processes(
         timeout=timeout,
         **sample_kwargs,
     )
+    return _merged(results)
+
+
+def _merged(results: list[WorkerResult]) -> xr.DataTree:
+    """The workers' traces as one, warning when they were interrupted."""
     interrupted = [k for k, result in enumerate(results) if result.interrupted]
     trace = merge_chains([result.trace for result in results], ragged=bool(interrupted))
     if interrupted:
@@ -270,7 +270,7 @@ def sample_in_processes(
             f"so far ({draws} at most per chain, {trace.posterior.sizes['chain']} "
             f"chains, shorter chains padded with NaN); it is not a full run",
             SamplingInterrupted,
-            stacklevel=2,
+            stacklevel=3,
         )
     if "sampling_time" in trace.posterior.attrs:
         started = min(result.sampled[0] for result in results)
@@ -306,20 +306,7 @@ def run_chain_processes(
     """
     import numpy as np
 
-    chains = _positive_int("chains", chains)
-    if cores is not None:
-        cores = _positive_int("cores", cores)
-    if clash := sorted(_SET_HERE & sample_kwargs.keys()):
-        raise TypeError(
-            f"sample_in_processes sets {', '.join(clash)} of nutpie.sample itself; "
-            "pass chains, cores and seed as its own arguments"
-        )
-    if unsupported := sorted(_NOT_FROM_WORKERS & sample_kwargs.keys()):
-        raise TypeError(
-            f"sample_in_processes cannot pass {', '.join(unsupported)} to nutpie.sample "
-            "in its workers, whose traces come back whole when they are done; "
-            "use nutpie.sample for that"
-        )
+    chains, cores = _checked_arguments(chains, cores, sample_kwargs)
     if model is None:
         import pymc as pm
 
@@ -336,23 +323,9 @@ def run_chain_processes(
     pins = [cpus[k] if cpus else None for k in range(workers)]
 
     with tempfile.TemporaryDirectory(prefix="jax_ofg_chains_") as folder:
-        model_file = Path(folder, "model.pickle")
-        model_file.write_bytes(payload)
-        jobs, logs, results, statuses = [], [], [], []
-        for k in range(workers):
-            results.append(Path(folder, f"result-{k}.pickle"))
-            statuses.append(Path(folder, f"status-{k}"))
-            logs.append(Path(folder, f"worker-{k}.log"))
-            jobs.append(Path(folder, f"job-{k}.pickle"))
-            job = {
-                "sys_path": list(sys.path),
-                "model": str(model_file),
-                "chains": shares[k],
-                "seed": seeds[k],
-                "result": str(results[k]),
-                "status": str(statuses[k]),
-            }
-            jobs[k].write_bytes(pickle.dumps(job))
+        jobs, logs, results, statuses = _write_jobs(
+            Path(folder), payload, shares, seeds
+        )
         with _workers(jobs, logs, pins) as processes:
             interrupted = _wait(processes, logs, results, statuses, pins, timeout)
         done = {
@@ -377,6 +350,53 @@ def run_chain_processes(
         for k, d in done.items()
         if d["trace"] is not None
     ]
+
+
+def _checked_arguments(
+    chains: int, cores: int | None, sample_kwargs: dict[str, Any]
+) -> tuple[int, int | None]:
+    """``chains`` and ``cores`` checked; a TypeError for arguments of nutpie.sample
+    that :func:`sample_in_processes` sets itself or cannot pass."""
+    chains = _positive_int("chains", chains)
+    if cores is not None:
+        cores = _positive_int("cores", cores)
+    if clash := sorted(_SET_HERE & sample_kwargs.keys()):
+        raise TypeError(
+            f"sample_in_processes sets {', '.join(clash)} of nutpie.sample itself; "
+            "pass chains, cores and seed as its own arguments"
+        )
+    if unsupported := sorted(_NOT_FROM_WORKERS & sample_kwargs.keys()):
+        raise TypeError(
+            f"sample_in_processes cannot pass {', '.join(unsupported)} to nutpie.sample "
+            "in its workers, whose traces come back whole when they are done; "
+            "use nutpie.sample for that"
+        )
+    return chains, cores
+
+
+def _write_jobs(
+    folder: Path, payload: bytes, shares: list[int], seeds: list[int]
+) -> tuple[list[Path], list[Path], list[Path], list[Path]]:
+    """Each worker's job file in ``folder`` (the pickled model beside them), and
+    where it logs, writes its result and its status."""
+    model_file = folder / "model.pickle"
+    model_file.write_bytes(payload)
+    jobs, logs, results, statuses = [], [], [], []
+    for k in range(len(shares)):
+        results.append(folder / f"result-{k}.pickle")
+        statuses.append(folder / f"status-{k}")
+        logs.append(folder / f"worker-{k}.log")
+        jobs.append(folder / f"job-{k}.pickle")
+        job = {
+            "sys_path": list(sys.path),
+            "model": str(model_file),
+            "chains": shares[k],
+            "seed": seeds[k],
+            "result": str(results[k]),
+            "status": str(statuses[k]),
+        }
+        jobs[k].write_bytes(pickle.dumps(job))
+    return jobs, logs, results, statuses
 
 
 def merge_chains(traces: Sequence[xr.DataTree], *, ragged: bool = False) -> xr.DataTree:

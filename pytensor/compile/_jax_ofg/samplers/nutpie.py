@@ -20,8 +20,8 @@ pointers of the same signature made by :mod:`ctypes` instead:
 
 Both are pure functions of their arguments, so nutpie's chains call them from
 their threads at once; the GIL is released while XLA runs. Models without JAX
-ops keep nutpie's own ``cfunc``. Registers nothing itself:
-:func:`pytensor.compile.jax_ofg.install` calls :func:`install_nutpie_host_callbacks`.
+ops keep nutpie's own ``cfunc``. Registers nothing itself: nutpie is made to
+call :func:`compile_with_host_callbacks` by ``patches/nutpie_host_callbacks``.
 
 Notes
 -----
@@ -52,7 +52,6 @@ import functools
 import itertools
 import logging
 import math
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -62,11 +61,9 @@ import jax
 import numpy as np
 
 from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.cache.import_hooks import after_import
 from pytensor.compile._jax_ofg.host import cores
 from pytensor.compile._jax_ofg.host.op import one_jax_op
 from pytensor.compile._jax_ofg.host.programs import runs_on_default_cpu
-from pytensor.compile._jax_ofg.samplers.pymc import model_holds_jax_ops
 from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.fg import FunctionGraph
 
@@ -78,7 +75,6 @@ __all__ = [
     "aliased_buffer",
     "compile_with_host_callbacks",
     "flat_function",
-    "install_nutpie_host_callbacks",
     "pure_function",
 ]
 
@@ -491,91 +487,3 @@ def compile_with_host_callbacks(
         reparameterized_names=renamed,
     )
     return with_host_callbacks(compiled)
-
-
-def _compiling_with_host_callbacks(compile_numba: Callable) -> Callable:
-    """Wrap nutpie's ``_compile_pymc_model_numba``: models holding JAX ops get host callbacks.
-
-    Other models, and calls with ``numba.cfunc`` options, keep nutpie's own path.
-    """
-    nutpie_module = compile_numba.__module__
-
-    @functools.wraps(compile_numba)
-    def compile_pymc_model_numba(
-        model, pymc_initial_point_fn, var_names=None, **kwargs
-    ):
-        if kwargs or not model_holds_jax_ops(model):
-            return compile_numba(model, pymc_initial_point_fn, var_names, **kwargs)
-        _log.debug("nutpie calls the model's JAX ops through host callbacks")
-        return compile_with_host_callbacks(
-            sys.modules[nutpie_module], model, pymc_initial_point_fn, var_names
-        )
-
-    return compile_pymc_model_numba
-
-
-def patch_nutpie_module(module: ModuleType) -> bool:
-    """Install host callbacks in ``nutpie.compile_pymc``.
-
-    Returns whether they are installed; ``False`` (nothing changed) when
-    nutpie has moved one of the names they use.
-    """
-    if compat.nutpie_numba_api(module) is None:
-        return False
-    return compat.patch_method(
-        module,
-        compat.NUTPIE_NUMBA_COMPILER,
-        "compiles_host_callbacks",
-        _compiling_with_host_callbacks,
-    )
-
-
-#: nutpie's mass-matrix adaptation for models holding JAX ops, unless the caller
-#: chooses one: the draws' variances alone, as Stan adapts. On the predator-prey
-#: model of ``examples/stan_ode.py``, ``pm.sample()`` with nutpie's default
-#: (``"diag"``: draws and gradients) converged in 6 of 10 seeds (stuck chains,
-#: divergences), with ``"draw_diag"`` in 10 of 10, at about twice the ESS for
-#: 1.6 times the gradients; on the stiff PK model 10 and 9 of 10 (R-hat 1.014),
-#: with more ESS (``benchmarks/default_route.py``).
-DEFAULT_ADAPTATION = "draw_diag"
-
-#: ``nutpie.sample`` arguments that choose the adaptation (``adaptation``, and
-#: the older switches nutpie still maps onto it).
-ADAPTATION_ARGUMENTS = frozenset(
-    {
-        "adaptation",
-        "use_grad_based_mass_matrix",
-        "low_rank_modified_mass_matrix",
-        "transform_adapt",
-    }
-)
-
-
-def _sampling_with_default_adaptation(sample: Callable) -> Callable:
-    """Wrap ``nutpie.sample``: models holding JAX ops adapt as :data:`DEFAULT_ADAPTATION`."""
-
-    @functools.wraps(sample)
-    def sample_with_default_adaptation(compiled_model, *args, **kwargs):
-        if getattr(compiled_model, "holds_jax_ops", False) and not (
-            kwargs.keys() & ADAPTATION_ARGUMENTS
-        ):
-            _log.debug("nutpie adapts its mass matrix with %r", DEFAULT_ADAPTATION)
-            kwargs["adaptation"] = DEFAULT_ADAPTATION
-        return sample(compiled_model, *args, **kwargs)
-
-    return sample_with_default_adaptation
-
-
-def patch_nutpie_sample(module: ModuleType) -> bool:
-    """Make ``nutpie.sample`` (``module`` is ``nutpie``) adapt models holding JAX ops
-    as :data:`DEFAULT_ADAPTATION` unless told otherwise.
-    """
-    return compat.patch_method(
-        module, "sample", "adapts_jax_models", _sampling_with_default_adaptation
-    )
-
-
-def install_nutpie_host_callbacks() -> None:
-    """Patch ``nutpie.compile_pymc`` and ``nutpie.sample`` now, or when imported."""
-    after_import(compat.NUTPIE_COMPILE_MODULE, patch_nutpie_module)
-    after_import("nutpie", patch_nutpie_sample)

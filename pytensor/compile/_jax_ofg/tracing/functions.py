@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pytensor.compile._jax_ofg.cache.fingerprints import digest
+from pytensor.compile._jax_ofg.cache.api import array_key
 
 
 ArrayTuple = tuple[Any, ...]
@@ -65,8 +65,7 @@ def static_key(value: Any) -> Hashable:
     object identity (the leaf is kept alive by the :class:`Static` holding it).
     """
     if _is_array(value):
-        array = np.asarray(value)
-        return ("array", array.dtype.str, array.shape, digest(array.tobytes()))
+        return array_key(np.asarray(value))
     if isinstance(value, float):
         return (float, value.hex())
     try:

@@ -1,23 +1,17 @@
 """JAX linker: an :class:`~pytensor.compile._jax_ofg.op.from_jax.OpFromJax` is its own inner function.
 
 Registered by :func:`pytensor.compile.jax_ofg.install`:
-:func:`jax_funcify_OpFromJax` with PyTensor's ``jax_funcify``, and
-:func:`install_jax_linker_check` (:class:`ForkCheckedFunction`).
+:func:`jax_funcify_OpFromJax` with PyTensor's ``jax_funcify``. The JAX
+linker's functions holding wrapped functions check for a fork:
+``patches/jax_linker_check``.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
-from typing import Any
-
 import jax.numpy as jnp
 
-from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.cache.watch import fresh_trace_context
-from pytensor.compile._jax_ofg.errors import RaisedWhile, mark, report
-from pytensor.compile._jax_ofg.host import fork_guard
-from pytensor.compile._jax_ofg.host.op import graph_holds_jax_ops, wrapped_functions_in
+from pytensor.compile._jax_ofg.cache.api import fresh_trace_context
+from pytensor.compile._jax_ofg.errors import RaisedWhile, mark
 from pytensor.compile._jax_ofg.op.from_jax import OpFromJax
 from pytensor.compile._jax_ofg.op.transforms import (
     SharedPullbacks,
@@ -28,7 +22,7 @@ from pytensor.compile._jax_ofg.op.transforms import (
 from pytensor.graph.basic import Apply
 
 
-__all__ = ["ForkCheckedFunction", "install_jax_linker_check", "jax_funcify_OpFromJax"]
+__all__ = ["jax_funcify_OpFromJax"]
 
 
 def _lowering(op: OpFromJax, node: Apply | None, pairs: SharedPullbacks | None):
@@ -94,62 +88,3 @@ def jax_funcify_OpFromJax(
         return outputs[0] if single_output else outputs
 
     return opfromjax
-
-
-# --------------------------------------------------------------------------
-# The JAX linker: no host call, so its compiled function checks
-# --------------------------------------------------------------------------
-
-
-class ForkCheckedFunction:
-    """A JAX-linker function holding wrapped JAX functions, checked before each call.
-
-    Its errors name the wrapped functions, as a host call's do (see
-    :func:`~pytensor.compile._jax_ofg.errors.report`).
-    """
-
-    __slots__ = ("_compiled", "_functions")
-
-    def __init__(self, compiled: Callable, functions: Sequence[str] = ()):
-        self._compiled = compiled
-        self._functions = tuple(functions)
-
-    def __call__(self, *args):
-        if fork_guard.forked_after_jax_started:
-            fork_guard.refuse_call_after_fork(
-                "A function compiled with mode='JAX' that holds wrapped JAX functions"
-            )
-        try:
-            return self._compiled(*args)
-        except Exception as error:
-            what = f"The XLA program of mode='JAX' holding {', '.join(self._functions)}"
-            report(error, what, self._functions)
-            raise
-
-    def __getattr__(self, name: str) -> Any:  # `lower`, `trace`, ... of jax.jit
-        return getattr(self._compiled, name)
-
-
-def install_jax_linker_check() -> bool:
-    """Make ``JAXLinker.jit_compile`` check graphs holding JAX ops after a fork.
-
-    Graphs without them get PyTensor's function unchanged. Returns whether the
-    check is installed (``False`` when PyTensor's linker has moved).
-    """
-    from pytensor.link.jax.linker import JAXLinker
-
-    def wrap(jit_compile: Callable) -> Callable:
-        @functools.wraps(jit_compile)
-        def checked_jit_compile(self, fn):
-            compiled = jit_compile(self, fn)
-            fgraph = getattr(self, "fgraph", None)
-            if fgraph is not None and graph_holds_jax_ops(fgraph.outputs):
-                functions = wrapped_functions_in(fgraph.outputs)
-                return ForkCheckedFunction(compiled, functions)
-            return compiled
-
-        return checked_jit_compile
-
-    return compat.patch_method(
-        JAXLinker, "jit_compile", "checks_forked_processes", wrap
-    )

@@ -3,12 +3,12 @@
 Registered by :func:`pytensor.compile.jax_ofg.install`:
 :func:`numba_funcify_JaxHostOp` with ``numba_funcify`` (a body without
 closures, which PyTensor caches on disk: :func:`call_host_function`,
-:func:`register`), :func:`bodies_module` and :func:`install_direct_host_thunk`.
+:func:`register`) and :func:`bodies_module`. A graph that is one such op runs
+without Numba: ``patches/numba_direct_thunk``.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import sys
 import threading
@@ -20,24 +20,16 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.cache.fingerprints import describe, digest
-from pytensor.compile._jax_ofg.host.op import (
-    JaxHostOp,
-    input_cells,
-    one_jax_op,
-    writable_outputs,
-)
+from pytensor.compile._jax_ofg.cache.api import body_key, registry_key
+from pytensor.compile._jax_ofg.host.op import JaxHostOp, writable_outputs
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch.basic import get_numba_type, numba_njit
-from pytensor.link.utils import raise_with_op
 from pytensor.tensor.type import TensorType
 
 
 __all__ = [
     "bodies_module",
     "call_host_function",
-    "install_direct_host_thunk",
     "numba_funcify_JaxHostOp",
     "registry_keys",
 ]
@@ -67,7 +59,7 @@ def register(op: JaxHostOp, writable: tuple[bool, ...], host: Callable) -> str:
     Equal ops get the same key in every process: the compiled body's source
     holds it, so that is what lets Numba's on-disk cache serve the body in the
     next process. The key starts from the op's description
-    (:func:`~pytensor.compile._jax_ofg.cache.fingerprints.describe`) or, for an op
+    (:func:`~pytensor.compile._jax_ofg.cache.keys.registry_key`) or, for an op
     that cannot be described, from its type and output types; ops that start
     alike but differ get the next free suffix, in the order they are compiled
     (an op registered already keeps its suffix).
@@ -77,10 +69,7 @@ def register(op: JaxHostOp, writable: tuple[bool, ...], host: Callable) -> str:
     both starts hold. ``host`` is held weakly: the compiled function holds it
     (see :func:`numba_funcify_JaxHostOp`).
     """
-    text = describe(op)
-    if text is None:  # a lock in a closure, say: no content key, a stable one
-        text = f"{type(op).__qualname__}{[str(t) for t in op.output_types]}"
-    base = digest(f"{text}|{writable}")
+    base = registry_key(op, writable)
     with _LOCK:
         # The op's own key first: a free suffix below it (its holder was
         # released) would give an op already registered a second key.
@@ -258,60 +247,4 @@ def numba_funcify_JaxHostOp(op: JaxHostOp, node=None, **kwargs):
     compiled = numba_njit(body)
     compiled._jax_ofg_host_op = host  # the registry holds it weakly
     input_types = [str(get_numba_type(x.type)) for x in node.inputs]
-    return compiled, digest(f"jax_host_op|{key}|{input_types}|{source}")
-
-
-# ------------------------------------------------- a graph that is one island
-def install_direct_host_thunk() -> bool:
-    """Make the Numba linker run a graph that is one JAX op from a Python thunk.
-
-    A model's whole ``logp_dlogp`` is often one
-    :class:`~pytensor.compile._jax_ofg.islands.op.JaxIsland`: a Numba function
-    around it would only enter object mode to call the island's host
-    function (a few microseconds per call, and its compilation at the first
-    call). The graph's thunk then calls the host function itself; the linker's
-    ``jit_fn`` stays the Numba function, for callers that take it (nutpie
-    compiles it into its own C callback). Returns whether it is installed
-    (``False`` when PyTensor's ``JITLinker`` has moved).
-    """
-    from pytensor.link.numba.linker import NumbaLinker
-
-    def wrap(create: Callable) -> Callable:
-        @functools.wraps(create)
-        def create_jitable_thunk(
-            self, compute_map, order, input_storage, output_storage, storage_map
-        ):
-            thunks, output_nodes, jit_fn = create(
-                self, compute_map, order, input_storage, output_storage, storage_map
-            )
-            direct = _direct_thunk(self.fgraph, list(order), storage_map, thunks)
-            return ([direct] if direct is not None else thunks), output_nodes, jit_fn
-
-        return create_jitable_thunk
-
-    return compat.patch_method(
-        NumbaLinker, "create_jitable_thunk", "runs_one_jax_op_directly", wrap
-    )
-
-
-def _direct_thunk(fgraph, order, storage_map, thunks) -> Callable | None:
-    """Return a thunk calling the host function of the graph's one JAX op, or None."""
-    node = one_jax_op(fgraph)
-    if node is None or len(order) != 1 or len(thunks) != 1:
-        return None
-    host_call = node.op.host_function()
-    inputs = input_cells(node, storage_map)
-    outputs = [storage_map[out] for out in node.outputs]
-    (numba_thunk,) = thunks
-
-    def thunk():
-        try:
-            values = host_call(*[cell[0] for cell in inputs])
-        except Exception:
-            raise_with_op(fgraph, node, thunk)
-        for cell, value in zip(outputs, values):
-            cell[0] = value
-
-    thunk.inputs, thunk.outputs = numba_thunk.inputs, numba_thunk.outputs
-    thunk.lazy = False
-    return thunk
+    return compiled, body_key(key, input_types, source)

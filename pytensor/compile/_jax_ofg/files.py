@@ -1,7 +1,7 @@
 """Cache files written whole or not at all, and what a killed writer leaves.
 
-Both disk caches (traces in ``cache/traces``, compiled programs in
-``cache/xla``) write an entry to a temporary file in the entry's folder and
+Both disk caches (traces in ``cache/storage``, compiled programs through
+``patches/xla_cache_writes``) write an entry to a temporary file in the entry's folder and
 rename it into place, so a reader sees the whole entry or none. A process
 killed between the two steps leaves its temporary file, which no reader
 takes for an entry (its name starts with a dot); the next write to the

@@ -1,0 +1,1 @@
+"""Changes to other libraries' callables and settings, one module each: what, why, when to delete."""
