@@ -5,7 +5,10 @@ run). The tutorials are scripts that sphinx-gallery runs during the build; an
 executed build runs them (on one Python only: ``one_python``), the other
 builds their pages without running them. Every build checks the API
 reference and every link between the built pages (the machines have no
-internet: only internal links are checked).
+internet: only internal links are checked). The executed build is then read
+as a reader reads it: every page in headless Chromium at 1400 and 1024 px
+(``_browser``), for tables and code blocks wider than their column, broken
+links and images, code without a copy button and a navbar on two rows.
 """
 
 import fcntl
@@ -17,6 +20,7 @@ import sys
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import _browser
 import pytest
 
 
@@ -43,6 +47,17 @@ CONTENT_PAGES = [
     "developer",
 ]
 TUTORIALS = ["tutorials/ode_model", "tutorials/stan_port"]
+
+
+def read_in_a_browser(site: Path) -> list[str]:
+    """What headless Chromium finds wrong on the site's pages (see ``_browser``).
+
+    Chromium missing is a failure, not a skip: ``.ci/run`` installs it.
+    """
+    missing = _browser.chromium_missing()
+    if missing:
+        pytest.fail(missing)
+    return _browser.layout_problems(site)
 
 
 def docs_command(out: Path) -> list[str]:
@@ -165,6 +180,53 @@ def test_the_link_checker_finds_a_broken_link_and_a_missing_anchor(tmp_path):
         "a.html: b.html#there (no anchor)",
         "a.html: c.html (no file)",
     ]
+
+
+def test_the_browser_check_finds_what_a_reader_trips_over(tmp_path):
+    """A page with a table and a code block too wide for the pydata theme's
+    column, an image that is not there, a broken link and code without copy
+    buttons: the browser check reports each; a tidy page, nothing."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "conf.py").write_text(
+        'project = "demo"\nhtml_theme = "pydata_sphinx_theme"\n'
+        "html_sidebars = {'**': []}\n"
+    )
+    row = "   * - " + "\n     - ".join(f"column {i} " + "x" * 30 for i in range(12))
+    (source / "index.rst").write_text(
+        "Demo\n====\n\n.. toctree::\n\n   wide\n   tidy\n"
+    )
+    (source / "wide.rst").write_text(
+        "Wide\n====\n\n.. list-table::\n   :header-rows: 1\n\n"
+        f"{row}\n{row}\n\n"
+        ".. code-block:: python\n\n   x = " + " + ".join(["1"] * 150) + "\n\n"
+        ".. raw:: html\n\n"
+        '   <img src="nowhere.png" alt="missing"> <a href="nowhere.html">gone</a>\n'
+    )
+    (source / "tidy.rst").write_text(
+        "Tidy\n====\n\n.. list-table::\n   :header-rows: 1\n\n"
+        "   * - a\n     - b\n   * - 1\n     - 2\n"
+    )
+    site = tmp_path / "html"
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(source), str(site)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    missing = _browser.chromium_missing()
+    if missing:
+        pytest.fail(missing)
+    wide = _browser.layout_problems(site, [site / "wide.html"])
+    for width in (1400, 1024):
+        found = [p for p in wide if f"@ {width}px" in p]
+        assert any("table" in p and "wider than its column" in p for p in found), wide
+        assert any("code block" in p and "wider than" in p for p in found), wide
+        assert any("image does not load: nowhere.png" in p for p in found), wide
+        assert any("1 of 1 code blocks without a copy button" in p for p in found)
+    assert any("broken link" in p and "nowhere.html" in p for p in wide), wide
+    assert _browser.layout_problems(site, [site / "tidy.html"]) == []
 
 
 def test_sphinx_html_build_without_running_the_tutorials(tmp_path):
