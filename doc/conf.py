@@ -55,6 +55,7 @@ html_sidebars = {
         "getting_started",
         "library/jax_ofg",
         "benchmarks",
+        "benchmark_notes",
         "developer",
         "tutorials/*",
     )
