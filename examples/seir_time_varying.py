@@ -452,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, SamplerResult]:
 #: The default run: 4 chains (PyMC's advice for R-hat), long enough for
 #: R-hat <= 1.01 and a bulk ESS >= 400 on every knot with each sampler.
 DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS, DEFAULT_CORES = 500, 500, 4, 2
+#: Where the figure goes unless ``--out`` says otherwise.
+OUTPUT = Path(__file__).resolve().parent / "output"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Settings:
@@ -486,9 +488,10 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     parser.add_argument(
         "--out",
         type=Path,
-        default=Path(__file__).resolve().parent / "output" / "seir_time_varying.png",
+        default=None,
         help="where to write the figure (PNG; default output/seir_time_varying.png "
-        "next to this script)",
+        "next to this script, output/seir_time_varying_quick.png with --quick, "
+        "so that a smoke run keeps the full run's figure)",
     )
     args = parser.parse_args(argv)
 
@@ -509,7 +512,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         chains=pick(args.chains, DEFAULT_CHAINS, 1),
         cores=pick(args.cores, DEFAULT_CORES, 1),
         seed=args.seed,
-        out=args.out,
+        out=args.out or OUTPUT / f"seir_time_varying{'_quick' if quick else ''}.png",
     )
 
 
