@@ -134,7 +134,16 @@ def run_sampler(
         reason = f"{type(error).__name__}: {error} (at {last.filename}:{last.lineno})"
         print(f"{sampler} failed after {seconds:.0f} s: {reason}", file=sys.stderr)
         return SamplerResult(sampler, seconds, error=reason)
-    print(readable(result.summary).to_string(float_format=lambda x: f"{x:.3g}"))
+    table = readable(result.summary)
+    formats = {
+        column: (lambda x: f"{x:.0f}")
+        if column == "ess_bulk"
+        else (lambda x: f"{x:.3f}")
+        if column == "r_hat"
+        else (lambda x: f"{x:.4g}")
+        for column in table.columns
+    }
+    print(table.to_string(formatters=formats))
     return result
 
 

@@ -363,12 +363,8 @@ def sample(sampler: str, model: pm.Model, settings: Settings) -> DataTree:
         # numpyro's default, "parallel", needs one JAX device per chain and
         # there is one here: it would warn and run the chains one after the
         # other, which is what "sequential" does. ("vectorized" runs them in
-        # lockstep, and is slower for an adaptive ODE solve.) Its progress bar
-        # writes a line per update when the output is not a terminal.
-        options = {
-            "nuts": {"chain_method": "sequential"},
-            "progressbar": sys.stdout.isatty(),
-        }
+        # lockstep, and is slower for an adaptive ODE solve.)
+        options = {"nuts": {"chain_method": "sequential"}}
     # PyMC's own NUTS runs its chains in `cores` worker processes. Nothing to
     # pass for them: PyMC's default start method, fork, would deadlock once
     # JAX runs, and pytensor-jax-ofg makes PyMC start them with forkserver
@@ -379,6 +375,9 @@ def sample(sampler: str, model: pm.Model, settings: Settings) -> DataTree:
         chains=settings.chains,
         cores=settings.cores,
         random_seed=settings.seed,
+        # Progress bars draw on a terminal; written to a file or a pipe they
+        # are line after line of truncated columns.
+        progressbar=sys.stdout.isatty(),
         # PyMC >= 6 runs nutpie when it is installed unless told otherwise:
         # name the sampler every time.
         nuts_sampler=sampler,

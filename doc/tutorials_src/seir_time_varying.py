@@ -201,4 +201,4 @@ fig.tight_layout()
 # the final days). Every gradient of this fit went through two composed ops:
 # the interpolation built by one and called, inside the ODE, by the other.
 
-# sphinx_gallery_thumbnail_number = 3
+# sphinx_gallery_thumbnail_number = 2

@@ -490,7 +490,13 @@ ax.errorbar(
 ax.set_yticks(rows, reference["names"])
 ax.invert_yaxis()
 ax.set_xlabel("difference from Stan's mean, in Stan's posterior sds")
-ax.legend(fontsize="small", loc="lower right")
+ax.legend(
+    fontsize="small",
+    loc="lower center",
+    bbox_to_anchor=(0.5, 1.0),
+    ncol=2,
+    frameon=False,
+)
 plt.tight_layout()
 
 # %%

@@ -196,6 +196,8 @@ for row, (name, values) in enumerate(draws.items()):
 ax.axvline(1.0, color="black", lw=1, ls="--")
 ax.set_yticks(range(len(draws)), list(draws))
 ax.set_xscale("log")
+ax.set_xticks([0.25, 0.5, 1, 2, 4], ["0.25", "0.5", "1", "2", "4"])
+ax.minorticks_off()
 ax.set_xlabel("posterior / true value (median, 5%-95%)")
 plt.tight_layout()
 
