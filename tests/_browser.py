@@ -9,7 +9,7 @@ would trip over:
 * an image that does not load, a link to a page of the site that does not
   exist or to an anchor the page does not define;
 * a code block without its copy button (sphinx-copybutton);
-* the top navigation bar on more than one row (at the widest width only).
+* the top navigation bar on more than one row.
 
 Chromium and its driver are Debian's (``apt-get install chromium
 chromium-driver``; ``.ci/run`` installs them), driven through Selenium.
@@ -163,7 +163,7 @@ def layout_problems(
     pages: Iterable[Path] | None = None,
     widths: Sequence[int] = WIDTHS,
     *,
-    one_row_navbar_at: int = 1400,
+    one_row_navbar_at: int = 1024,
 ) -> list[str]:
     """Open every page at every width; return one line per problem found."""
     site = site.resolve()
