@@ -160,10 +160,12 @@ print(f"divergent transitions: {int(idata['sample_stats']['diverging'].sum())}")
 # Convergence: rank plots
 # -----------------------
 #
-# A rank plot shows, for each parameter, where each chain's draws rank among
-# all chains' draws, as an empirical CDF of the ranks. Chains that sample the
-# same distribution give curves inside the envelope: no chain stuck high or
-# low.
+# A rank plot ranks all draws of a parameter together and shows, for each
+# chain, how far the empirical CDF of its ranks strays from a uniform one (one
+# line per chain). Chains that sample the same distribution wander around
+# zero together; a chain stuck high or low bends away from the others. The
+# p-value above each panel tests exactly that: a value below the level
+# shown beside it (alpha) flags it.
 
 az.plot_rank(
     idata,

@@ -147,8 +147,10 @@ print(f"divergent transitions: {int(idata['sample_stats']['diverging'].sum())}")
 # Convergence: rank plots of the knots
 # ------------------------------------
 #
-# One panel per knot: each chain's ranks among all draws, as an empirical
-# CDF, inside the envelope when the chains agree.
+# One panel per knot, one line per chain: how far the empirical CDF of the
+# chain's ranks among all draws strays from a uniform one. Chains that agree
+# wander around zero together; the p-value above each panel falls below
+# the level shown beside it (alpha) when one does not.
 
 az.plot_rank(
     idata,

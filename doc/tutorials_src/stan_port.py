@@ -427,8 +427,10 @@ divergent = int(idata["sample_stats"]["diverging"].sum())
 print(f"divergent transitions: {divergent}")
 
 # %%
-# A rank plot per parameter: each chain's ranks among all draws, as an
-# empirical CDF; curves inside the envelope mean the chains agree.
+# A rank plot per parameter, one line per chain: how far the empirical CDF of
+# the chain's ranks among all draws strays from a uniform one. Chains that
+# agree wander around zero together; the p-value above each panel falls
+# below the level shown beside it (alpha) when one does not.
 
 az.plot_rank(
     idata,
