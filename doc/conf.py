@@ -6,6 +6,7 @@ sphinx-gallery runs during the build, in this process, to make their figures
 and output (``-D plot_gallery=0`` builds them without running them).
 """
 
+import doctest
 import runpy
 from pathlib import Path
 
@@ -25,10 +26,13 @@ release = "0.1.0"
 
 extensions = [
     "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",
     "sphinx.ext.doctest",
     "myst_parser",
     "sphinx_gallery.gen_gallery",
+    "sphinx_copybutton",
+    "matplotlib.sphinxext.plot_directive",
 ]
 
 html_theme = "pydata_sphinx_theme"
@@ -37,6 +41,8 @@ html_theme_options = {
     "navigation_with_keys": False,
     "header_links_before_dropdown": 8,
     "navbar_align": "left",
+    # The search as an icon (Ctrl+K opens it): the page links get one row.
+    "navbar_persistent": ["search-button"],
     "show_toc_level": 2,
     "secondary_sidebar_items": ["page-toc"],
     "footer_start": ["copyright"],
@@ -50,6 +56,7 @@ html_sidebars = {
         "getting_started",
         "library/jax_ofg",
         "benchmarks",
+        "benchmark_notes",
         "developer",
         "tutorials/*",
     )
@@ -61,6 +68,25 @@ source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 myst_heading_anchors = 3
 nitpicky = False
 autodoc_member_order = "bysource"
+# Document what this package writes: a method without a docstring of its own
+# (an Op's ``pullback``, say) must not show PyTensor's generic text.
+autodoc_inherit_docstrings = False
+autosummary_generate = False
+
+# A copy button on every code block; what it copies leaves out ``>>>`` and
+# ``...`` prompts, shell prompts and the output lines of a doctest.
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = True
+copybutton_exclude = ".linenos, .gp, .go"
+
+# The landing page's model runs while the docs build (``.. plot::``): its
+# figure is made by its code, shown with it.
+plot_include_source = True
+plot_html_show_source_link = False
+plot_html_show_formats = False
+plot_formats = [("png", 110)]
+plot_rcparams = {"figure.figsize": (7.0, 3.2)}
 napoleon_numpy_docstring = True
 napoleon_google_docstring = False
 
@@ -82,3 +108,8 @@ sphinx_gallery_conf = {
 # autodoc'd docstrings in one namespace; give it the module's own names, as
 # `doctest.testmod` does.
 doctest_global_setup = "from pytensor.compile.jax_ofg import *"
+# As the docs test compares them (tests/compile/test_jax_ofg_docs.py): printed
+# tables and long messages may wrap.
+doctest_default_flags = (
+    doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE | doctest.DONT_ACCEPT_TRUE_FOR_1
+)

@@ -134,8 +134,29 @@ def run_sampler(
         reason = f"{type(error).__name__}: {error} (at {last.filename}:{last.lineno})"
         print(f"{sampler} failed after {seconds:.0f} s: {reason}", file=sys.stderr)
         return SamplerResult(sampler, seconds, error=reason)
-    print(result.summary.to_string(float_format=lambda x: f"{x:.4g}"))
+    table = readable(result.summary)
+    formats = {
+        column: (lambda x: f"{x:.0f}")
+        if column == "ess_bulk"
+        else (lambda x: f"{x:.3f}")
+        if column == "r_hat"
+        else (lambda x: f"{x:.4g}")
+        for column in table.columns
+    }
+    print(table.to_string(formatters=formats))
     return result
+
+
+def readable(summary: pd.DataFrame) -> pd.DataFrame:
+    """The columns of an ArviZ summary a reader needs: mean, sd, the interval's
+    bounds, bulk ESS and R-hat (the rest is in ``result.summary``)."""
+    columns = [
+        column
+        for column in summary.columns
+        if column in ("mean", "sd", "ess_bulk", "r_hat")
+        or column.endswith(("_lb", "_ub"))
+    ]
+    return summary[columns]
 
 
 def report(

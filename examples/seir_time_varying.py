@@ -363,12 +363,8 @@ def sample(sampler: str, model: pm.Model, settings: Settings) -> DataTree:
         # numpyro's default, "parallel", needs one JAX device per chain and
         # there is one here: it would warn and run the chains one after the
         # other, which is what "sequential" does. ("vectorized" runs them in
-        # lockstep, and is slower for an adaptive ODE solve.) Its progress bar
-        # writes a line per update when the output is not a terminal.
-        options = {
-            "nuts": {"chain_method": "sequential"},
-            "progressbar": sys.stdout.isatty(),
-        }
+        # lockstep, and is slower for an adaptive ODE solve.)
+        options = {"nuts": {"chain_method": "sequential"}}
     # PyMC's own NUTS runs its chains in `cores` worker processes. Nothing to
     # pass for them: PyMC's default start method, fork, would deadlock once
     # JAX runs, and pytensor-jax-ofg makes PyMC start them with forkserver
@@ -379,6 +375,9 @@ def sample(sampler: str, model: pm.Model, settings: Settings) -> DataTree:
         chains=settings.chains,
         cores=settings.cores,
         random_seed=settings.seed,
+        # Progress bars draw on a terminal; written to a file or a pipe they
+        # are line after line of truncated columns.
+        progressbar=sys.stdout.isatty(),
         # PyMC >= 6 runs nutpie when it is installed unless told otherwise:
         # name the sampler every time.
         nuts_sampler=sampler,
@@ -452,6 +451,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, SamplerResult]:
 #: The default run: 4 chains (PyMC's advice for R-hat), long enough for
 #: R-hat <= 1.01 and a bulk ESS >= 400 on every knot with each sampler.
 DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS, DEFAULT_CORES = 500, 500, 4, 2
+#: Where the figure goes unless ``--out`` says otherwise.
+OUTPUT = Path(__file__).resolve().parent / "output"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Settings:
@@ -486,9 +487,10 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     parser.add_argument(
         "--out",
         type=Path,
-        default=Path(__file__).resolve().parent / "output" / "seir_time_varying.png",
+        default=None,
         help="where to write the figure (PNG; default output/seir_time_varying.png "
-        "next to this script)",
+        "next to this script, output/seir_time_varying_quick.png with --quick, "
+        "so that a smoke run keeps the full run's figure)",
     )
     args = parser.parse_args(argv)
 
@@ -509,7 +511,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         chains=pick(args.chains, DEFAULT_CHAINS, 1),
         cores=pick(args.cores, DEFAULT_CORES, 1),
         seed=args.seed,
-        out=args.out,
+        out=args.out or OUTPUT / f"seir_time_varying{'_quick' if quick else ''}.png",
     )
 
 

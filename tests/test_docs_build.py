@@ -5,18 +5,23 @@ run). The tutorials are scripts that sphinx-gallery runs during the build; an
 executed build runs them (on one Python only: ``one_python``), the other
 builds their pages without running them. Every build checks the API
 reference and every link between the built pages (the machines have no
-internet: only internal links are checked).
+internet: only internal links are checked). The executed build is then read
+as a reader reads it: every page in headless Chromium at 1400 and 1024 px
+(``_browser``), for tables and code blocks wider than their column, broken
+links and images, code without a copy button and a navbar on two rows.
 """
 
 import fcntl
 import html.parser
 import importlib
+import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import _browser
 import pytest
 
 
@@ -42,7 +47,32 @@ CONTENT_PAGES = [
     "benchmarks",
     "developer",
 ]
-TUTORIALS = ["tutorials/ode_model", "tutorials/stan_port"]
+TUTORIALS = [
+    "tutorials/ode_model",
+    "tutorials/stan_port",
+    "tutorials/stiff_pkpd",
+    "tutorials/hierarchical_outbreaks",
+    "tutorials/seir_time_varying",
+]
+#: What user pages leave to the developer notes: private modules, issues, the
+#: state of the machine a figure was measured on.
+HISTORY = (
+    r"[./]_jax_ofg\b|\bissue \d+|\bissues? (?:that|#)|project's (?:shared )?2-core"
+    r"|load average|loaded by|load about|shared 2-core"
+)
+#: Pages for the project's developers, which may name its private modules.
+DEVELOPER_PAGES = {"developer.rst", "benchmark_notes.md"}
+
+
+def read_in_a_browser(site: Path) -> list[str]:
+    """What headless Chromium finds wrong on the site's pages (see ``_browser``).
+
+    Chromium missing is a failure, not a skip: ``.ci/run`` installs it.
+    """
+    missing = _browser.chromium_missing()
+    if missing:
+        pytest.fail(missing)
+    return _browser.layout_problems(site)
 
 
 def docs_command(out: Path) -> list[str]:
@@ -152,6 +182,9 @@ def check_site(site: Path) -> None:
         if f'id="pytensor.compile.jax_ofg.{name}"' not in reference
     ]
     assert not missing, f"not in the API reference: {missing}"
+    # what as_jax_op returns, and nothing PyTensor's base classes document
+    assert 'id="pytensor.compile.jax_ofg.JaxOpWrapper"' in reference
+    assert "OpFromJax.pullback" not in reference, "PyTensor's generic text"
     assert broken_internal_links(site) == []
 
 
@@ -165,6 +198,73 @@ def test_the_link_checker_finds_a_broken_link_and_a_missing_anchor(tmp_path):
         "a.html: b.html#there (no anchor)",
         "a.html: c.html (no file)",
     ]
+
+
+def test_the_browser_check_finds_what_a_reader_trips_over(tmp_path):
+    """A page with a table and a code block too wide for the pydata theme's
+    column, an image that is not there, a broken link and code without copy
+    buttons: the browser check reports each; a tidy page, nothing."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "conf.py").write_text(
+        'project = "demo"\nhtml_theme = "pydata_sphinx_theme"\n'
+        "html_sidebars = {'**': []}\n"
+    )
+    row = "   * - " + "\n     - ".join(f"column {i} " + "x" * 30 for i in range(12))
+    (source / "index.rst").write_text(
+        "Demo\n====\n\n.. toctree::\n\n   wide\n   tidy\n"
+    )
+    (source / "wide.rst").write_text(
+        "Wide\n====\n\n.. list-table::\n   :header-rows: 1\n\n"
+        f"{row}\n{row}\n\n"
+        ".. code-block:: python\n\n   x = " + " + ".join(["1"] * 150) + "\n\n"
+        ".. raw:: html\n\n"
+        '   <img src="nowhere.png" alt="missing"> <a href="nowhere.html">gone</a>\n'
+    )
+    (source / "tidy.rst").write_text(
+        "Tidy\n====\n\n.. list-table::\n   :header-rows: 1\n\n"
+        "   * - a\n     - b\n   * - 1\n     - 2\n"
+    )
+    site = tmp_path / "html"
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(source), str(site)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    missing = _browser.chromium_missing()
+    if missing:
+        pytest.fail(missing)
+    wide = _browser.layout_problems(site, [site / "wide.html"])
+    for width in (1400, 1024):
+        found = [p for p in wide if f"@ {width}px" in p]
+        assert any("table" in p and "wider than its column" in p for p in found), wide
+        assert any("code block" in p and "wider than" in p for p in found), wide
+        assert any("image does not load: nowhere.png" in p for p in found), wide
+        assert any("1 of 1 code blocks without a copy button" in p for p in found)
+    assert any("broken link" in p and "nowhere.html" in p for p in wide), wide
+    assert _browser.layout_problems(site, [site / "tidy.html"]) == []
+
+
+def test_user_pages_show_results_not_the_projects_history():
+    """No page but the developer notes names an issue or a private module."""
+    doc = ROOT / "doc"
+    sources = [
+        *doc.glob("*.rst"),
+        *doc.glob("*.md"),
+        *doc.glob("*/*.rst"),
+        *(doc / "tutorials_src").glob("*.py"),
+    ]
+    found = []
+    for source in sources:
+        name = str(source.relative_to(doc))
+        if name in DEVELOPER_PAGES or "_build" in name or name.startswith("tutorials/"):
+            continue
+        for number, line in enumerate(source.read_text().splitlines(), 1):
+            if re.search(HISTORY, line, re.I):
+                found.append(f"{name}:{number}: {line.strip()}")
+    assert found == [], "\n".join(found)
 
 
 def test_sphinx_html_build_without_running_the_tutorials(tmp_path):
@@ -197,3 +297,4 @@ def test_sphinx_html_build_runs_the_tutorials_and_shows_their_figures(tmp_path):
         for figure in figures:
             assert figure.stat().st_size > 10_000, figure  # a real plot, not empty
         assert "sphx-glr-script-out" in page, f"{name}: no printed output"
+    assert read_in_a_browser(site) == []

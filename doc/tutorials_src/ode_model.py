@@ -169,6 +169,18 @@ divergent = int(idata["sample_stats"]["diverging"].sum())
 print(f"divergent transitions: {divergent}")
 
 # %%
+# The trace plot: each chain's marginal posterior (left) and its draws in
+# order (right). Overlapping curves and draws that mix without trends are
+# what converged chains look like.
+
+az.plot_trace_dist(
+    idata,
+    var_names=["beta", "gamma", "phi_inv"],
+    backend="matplotlib",
+    figure_kwargs={"figsize": (8, 4.5)},
+)
+
+# %%
 # Posterior predictive check
 # --------------------------
 #
@@ -211,3 +223,5 @@ plt.tight_layout()
 # way. The repository's ``examples/boarding_school_sir.py`` holds this model
 # at full length (4 chains of 1000 + 1000, the posterior next to Stan's); the
 # next tutorial ports a Stan program block by block.
+
+# sphinx_gallery_thumbnail_number = 3

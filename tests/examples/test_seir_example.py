@@ -163,3 +163,11 @@ def test_default_run_is_trusted_and_warns_about_nothing(tmp_path):
         assert advice not in everything, (advice, everything[-5000:])
     assert len(everything.splitlines()) < 150  # no progress-bar flood
     assert (tmp_path / "figure.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_quick_run_keeps_the_full_runs_figure(seir):
+    full, quick = seir.parse_args([]).out, seir.parse_args(["--quick"]).out
+    assert full.name == "seir_time_varying.png"
+    assert quick.name == "seir_time_varying_quick.png"
+    assert full.parent == quick.parent
+    assert seir.parse_args(["--quick", "--out", "x.png"]).out.name == "x.png"
