@@ -23,13 +23,13 @@ paragraph in ``texts/small_odes.md``). The kinds (``--skip``):
 * ``per_call``: value and gradient through the C function nutpie calls (from
   compiled code without the GIL), against ``jax.jit(jax.value_and_grad(...))``
   of PyMC's jaxified log-density;
-* ``parallel_calls``, ``pinned_calls``: those calls from two threads at once,
-  and from two processes pinned to a core each, without nutpie's sampler;
+* ``breakdown``: where a gradient's time goes, part by part, with one chain
+  in a process pinned to one core, one chain on a thread, and two chains on
+  threads (``pm.sample()``'s way), with this package's pinning of nutpie's
+  threads on and off (``jax_ofg__pin_sampler_threads``);
 * ``chains``: 2 chains of 1000 + 1000, ``cores=1`` against ``cores=2``, on
   threads (``nutpie.sample``) and in pinned worker processes
   (:func:`~pytensor.compile._jax_ofg.samplers.chain_processes.run_chain_processes`);
-* ``neighbours``: one seeded chain in a pinned process while the other core
-  idles, calls the log-density or samples;
 * ``threads``: pure JAX, 2 x 2 solves (LAPACK) and products from 1 and 2 threads;
 * ``fit``: 4 chains of 1000 + 1000, ours (threads and processes) against Stan
   (PyStan 3, its cached build), each posterior mean against Stan's.
@@ -78,7 +78,7 @@ from _processes import (  # noqa: E402
     run_python,
 )
 from _report import fill  # noqa: E402
-from _timing import calls_per_second, median  # noqa: E402
+from _timing import median  # noqa: E402
 
 
 MODELS = ("lv", "lv_draws", "pk")
@@ -252,50 +252,6 @@ def child_per_call(spec: dict) -> dict:
     return {name: s.median for name, s in stats.items()}
 
 
-def threads_throughput(call, threads: int, seconds: float = 1.0) -> float:
-    """Calls per second of ``call`` made from ``threads`` threads at once."""
-    return calls_per_second([call] * threads, seconds)
-
-
-def child_parallel_calls(spec: dict) -> dict:
-    phases: dict = {}
-    model, compiled, x = compile_ours(spec["model"], "ours", phases)
-    calls = {"ours": logp_call(compiled, x), "jax": pure_jax(model, compiled, x)}
-    for call in calls.values():  # warm
-        threads_throughput(call, 2, seconds=0.2)
-    results: dict[str, list[float]] = {}
-    for _ in range(7):  # interleaved rounds
-        for name, call in calls.items():
-            for threads in (1, 2):
-                wall, cpu = time.perf_counter(), time.process_time()
-                rate = threads_throughput(call, threads)
-                busy = (time.process_time() - cpu) / (time.perf_counter() - wall)
-                results.setdefault(f"{name}|{threads}", []).append(rate)
-                results.setdefault(f"{name}|{threads}|cores busy", []).append(busy)
-    return results
-
-
-def child_pinned_calls(spec: dict) -> dict:
-    """Calls per second from one thread, this process pinned to ``spec["cpu"]``.
-
-    Measures from ``spec["start at"]`` (wall clock), so that a partner
-    process started beside it measures at the same time.
-    """
-    os.sched_setaffinity(0, {spec["cpu"]})  # before XLA starts its threads
-    phases: dict = {}
-    model, compiled, x = compile_ours(spec["model"], "ours", phases)
-    calls = {"ours": logp_call(compiled, x), "jax": pure_jax(model, compiled, x)}
-    for call in calls.values():  # warm
-        threads_throughput(call, 1, seconds=0.2)
-    time.sleep(max(spec["start at"] - time.time(), 0.0))
-    late = time.time() - spec["start at"]  # > 0: started after its partner may have
-    results: dict[str, list[float]] = {}
-    for _ in range(5):  # interleaved rounds
-        for name, call in calls.items():
-            results.setdefault(name, []).append(threads_throughput(call, 1))
-    return {**results, "started late by": late}
-
-
 def sample(compiled, spec: dict, *, chains, cores, length=CHAIN_LENGTH, **options):
     """``nutpie.sample`` of ``spec``'s model (its settings, its seed; another one for
     a sampler in the background) with ``length`` tuning steps and draws."""
@@ -440,57 +396,129 @@ def child_fit(spec: dict) -> dict:
     return result
 
 
-#: The neighbour's activities beside the sampler's chain, in the order run.
-NEIGHBOUR_PHASES = ("idle", "calls", "sampling")
+# --------------------------------------------------------------------------
+# Where a gradient's time goes, when nutpie's chains are threads
+# --------------------------------------------------------------------------
+#: Warm-up and draws of each chain in the ``breakdown`` measurement.
+BREAKDOWN_LENGTH = 400
+#: Its routes: one chain in a process pinned to core 0, one chain on a
+#: thread of an ordinary process, two chains on two threads.
+BREAKDOWN_ROUTES = ("pinned", "thread", "threads")
+#: The parts of a gradient, per log-density call: Python before and after
+#: the program, the program on the calling thread's CPU and waiting (for
+#: XLA's threads, the GIL, a core), the draws' expansion, nutpie's own work
+#: between calls (the thread's CPU) and the thread waiting between calls.
+PARTS = ("before", "program", "program waiting", "after", "draws", "nutpie", "waiting")
 
 
-def child_neighbour(spec: dict) -> dict:
-    """One process of the ``neighbours`` measurement, pinned to ``spec["cpu"]``.
+class CallbackClock:
+    """Times nutpie's host callbacks, thread by thread (installed before compiling)."""
 
-    The sampler (core 0) writes each phase's name to ``spec["signal"]`` and
-    samples its seeded chain; the neighbour (core 1) reads the file and
-    idles, calls the log-density, or lets a background sampler run.
-    """
+    def __init__(self):
+        self.totals: dict[int, dict[str, float]] = {}
+        self.local = threading.local()
+        from pytensor.compile._jax_ofg.samplers import nutpie as callbacks
+
+        flat_function, init = callbacks.flat_function, callbacks.HostCallback.__init__
+
+        def timed_flat_function(function):
+            program, slots = flat_function(function)
+
+            def timed(*inputs):
+                self.local.started = now()
+                outputs = program(*inputs)
+                self.local.ended = now()
+                return outputs
+
+            return timed, slots
+
+        def timed_init(callback, function, signature):
+            logp = signature is callbacks.LOGP_SIGNATURE
+
+            def timed(*arguments):
+                start = now()
+                status = function(*arguments)
+                self.add(logp, start, now())
+                return status
+
+            init(callback, timed, signature)
+
+        callbacks.flat_function = timed_flat_function
+        callbacks.HostCallback.__init__ = timed_init
+
+    def add(self, logp: bool, start: tuple, end: tuple) -> None:
+        totals = self.totals.setdefault(threading.get_native_id(), {"first": start})
+        totals["last"] = end
+        add = lambda part, seconds: totals.__setitem__(  # noqa: E731
+            part, totals.get(part, 0.0) + seconds
+        )
+        add("callbacks", end[0] - start[0])
+        add("callbacks' CPU", end[1] - start[1])
+        if not logp:
+            return add("draws", end[0] - start[0])
+        started, ended = self.local.started, self.local.ended
+        add("calls", 1)
+        add("before", started[0] - start[0])
+        add("program", ended[1] - started[1])
+        add("program waiting", ended[0] - started[0] - (ended[1] - started[1]))
+        add("after", end[0] - ended[0])
+
+    def per_gradient(self) -> dict[str, float]:
+        """Seconds per log-density call of each part, over every thread."""
+        sums = dict.fromkeys(PARTS, 0.0)
+        for totals in self.totals.values():
+            first, last = totals["first"], totals["last"]
+            outside = last[0] - first[0] - totals["callbacks"]
+            outside_cpu = last[1] - first[1] - totals["callbacks' CPU"]
+            totals |= {"nutpie": outside_cpu, "waiting": outside - outside_cpu}
+            for part in PARTS:
+                sums[part] += totals.get(part, 0.0)
+        calls = sum(t["calls"] for t in self.totals.values())
+        return {part: seconds / calls for part, seconds in sums.items()}
+
+
+def now() -> tuple[float, float]:
+    return time.perf_counter(), time.thread_time()
+
+
+def xla_threads_seconds() -> float:
+    """CPU seconds of this process's XLA pool threads (named ``tf_XLA...``)."""
+    seconds = 0.0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # a thread that ended
+            continue
+        if stat[stat.index("(") + 1 :].startswith("tf_XLA"):
+            fields = stat[stat.rindex(")") + 2 :].split()
+            seconds += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return seconds
+
+
+def child_breakdown(spec: dict) -> dict:
     import nutpie
 
-    os.sched_setaffinity(0, {spec["cpu"]})  # before XLA starts its threads
-    phases: dict = {}
-    _, compiled, x = compile_ours(spec["model"], "ours", phases)
-    call = logp_call(compiled, x)
-    signal = Path(spec["signal"])
-    if spec["role"] == "sampler":
-        nutpie.sample(compiled, chains=1, tune=20, draws=5, progress_bar=False)
-        time.sleep(max(spec["start at"] - time.time(), 0.0))
-        runs = []
-        for _ in range(2):
-            for phase in NEIGHBOUR_PHASES:
-                signal.write_text(phase)
-                time.sleep(0.5)  # the neighbour's switch
-                before = time.perf_counter()
-                trace = sample(compiled, spec, chains=1, cores=1)
-                seconds = time.perf_counter() - before
-                steps = sum(leapfrog_steps(trace))
-                runs.append({"phase": phase, "seconds": seconds, "steps": steps})
-        signal.write_text("done")
-        return {"runs": runs}
-    background = sample(
-        compiled, spec, chains=1, cores=1, length=100 * CHAIN_LENGTH, blocking=False
+    from pytensor import config
+
+    if spec["route"] == "pinned":
+        os.sched_setaffinity(0, {0})  # before XLA starts its threads
+    clock = CallbackClock()
+    _, compiled, _ = compile_ours(spec["model"], "ours", {})
+    config.jax_ofg__pin_sampler_threads = spec["pin"]
+    chains = 2 if spec["route"] == "threads" else 1
+    nutpie.sample(
+        compiled, chains=chains, tune=20, draws=5, cores=chains, progress_bar=False
     )
-    background.pause()
-    phase, paused = "idle", True
-    while phase != "done":
-        if phase == "calls":
-            until = time.perf_counter() + 0.02
-            while time.perf_counter() < until:
-                call()
-        else:
-            time.sleep(0.02)
-        phase = signal.read_text() if signal.exists() else "idle"
-        if (phase == "sampling") == paused:
-            background.resume() if paused else background.pause()
-            paused = not paused
-    background.abort()
-    return {}
+    clock.totals.clear()
+    xla_seconds, before = xla_threads_seconds(), time.perf_counter()
+    trace = sample(compiled, spec, chains=chains, cores=chains, length=BREAKDOWN_LENGTH)
+    seconds = time.perf_counter() - before
+    return {
+        "seconds": seconds,
+        "steps": leapfrog_steps(trace),
+        "parts": clock.per_gradient(),
+        "xla threads": xla_threads_seconds() - xla_seconds,
+    }
 
 
 def child_threads(spec: dict) -> dict:
@@ -538,11 +566,9 @@ def child_threads(spec: dict) -> dict:
 
 CHILDREN = {
     "threads": child_threads,
-    "pinned_call": child_pinned_calls,
-    "neighbour": child_neighbour,
     "startup": child_startup,
     "per_call": child_per_call,
-    "parallel_calls": child_parallel_calls,
+    "breakdown": child_breakdown,
     "chains": child_chains,
     "fit": child_fit,
 }
@@ -552,30 +578,7 @@ CHILDREN = {
 # The parent: rounds of fresh processes, then the tables
 # --------------------------------------------------------------------------
 def run_child(spec: dict, caches: Path, timeout: float) -> dict:
-    """Run one measurement in a fresh process sharing ``caches``; its JSON result.
-
-    A ``pinned_calls`` measurement with ``"processes": 2`` runs two processes
-    at once, on cores 0 and 1; its result holds each one's. A ``neighbours``
-    measurement runs its sampler and its neighbour at once; its result is the
-    sampler's.
-    """
-    start_at = time.time() + 25  # both processes' imports and compilation done
-    if spec["kind"] == "pinned_calls":
-        parts = [
-            {**spec, "kind": "pinned_call", "cpu": cpu, "start at": start_at}
-            for cpu in range(spec["processes"])
-        ]
-        results = run_together(parts, caches, timeout)
-        return results if "error" in results else {"processes": results["runs"]}
-    if spec["kind"] == "neighbours":
-        signal = str(caches / f"neighbours-{spec['model']}-{spec['seed']}")
-        parts = [
-            {**spec, "kind": "neighbour", "role": role, "cpu": cpu}
-            | {"signal": signal, "start at": start_at}
-            for cpu, role in enumerate(("sampler", "neighbour"))
-        ]
-        results = run_together(parts, caches, timeout)
-        return results if "error" in results else results["runs"][0]
+    """Run one measurement in a fresh process sharing ``caches``; its JSON result."""
     route = spec.get("route", "ours")
     folder = caches / f"{spec['model']}-{'ours' if route in WARMED_AS_OURS else route}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -589,30 +592,14 @@ def run_child(spec: dict, caches: Path, timeout: float) -> dict:
     return {**done.result, "process": done.seconds}
 
 
-def run_together(parts: list[dict], caches: Path, timeout: float) -> dict:
-    """Run the measurements ``parts`` at once: ``{"runs": results}``, or the first error."""
-    results: list[dict] = [{}] * len(parts)
-
-    def run(k: int) -> None:
-        results[k] = run_child(parts[k], caches, timeout)
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(parts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    errors = [r["error"] for r in results if "error" in r]
-    return {"error": errors[0]} if errors else {"runs": results}
-
-
 #: Per kind, the measurements of each model (besides its kind and model).
 PLAN = {
     "startup": [{"route": "ours"}, {"route": "cfunc"}],
     "per_call": [{"route": "ours"}],
-    "parallel_calls": [{"route": "ours"}],
-    "pinned_calls": [{"processes": 1}, {"processes": 2}],
+    "breakdown": [
+        {"route": r, "pin": p} for p in (False, True) for r in BREAKDOWN_ROUTES
+    ],
     "chains": [{"route": r, "cores": c} for r in ("ours", "processes") for c in (1, 2)],
-    "neighbours": [{"route": "ours"}],
     "threads": [{"route": "jax"}],  # pk only: no model
     "fit": [{"route": "ours"}, {"route": "processes"}],
 }
@@ -646,8 +633,9 @@ def plan(settings) -> list[list[dict]]:
 
 
 def label(spec: dict) -> str:
-    if spec["kind"] == "pinned_calls":
-        return f"pinned_calls|{spec['model']}|processes={spec['processes']}"
+    if spec["kind"] == "breakdown":
+        pin = "pinned threads" if spec["pin"] else "threads as they are"
+        return f"breakdown|{spec['model']}|{spec['route']}|{pin}"
     cores = f"|cores={spec['cores']}" if "cores" in spec else ""
     return f"{spec['kind']}|{spec['model']}|{spec['route']}{cores}"
 
@@ -710,67 +698,40 @@ def chains_rows(ok: dict) -> list[list]:
     return rows
 
 
-def neighbours_rows(ok: dict) -> list[list]:
+def breakdown_rows(ok: dict) -> list[list]:
     rows = []
-    for name in MODELS:
-        runs = [run for r in ok.get(f"neighbours|{name}|ours", []) for run in r["runs"]]
-        if not runs:
-            continue
-        us = {
-            phase: median(
-                [r["seconds"] / r["steps"] * 1e6 for r in runs if r["phase"] == phase]
-            )
-            for phase in NEIGHBOUR_PHASES
+    for name, pin in itertools.product(MODELS, (False, True)):
+        spec = {"kind": "breakdown", "model": name, "pin": pin}
+        found = {
+            route: ok.get(label(spec | {"route": route}), [])
+            for route in BREAKDOWN_ROUTES
         }
-        rows.append([name, *(f"{us[p]:.0f}" for p in NEIGHBOUR_PHASES)])
-        rows[-1] += [
-            f"{us['calls'] / us['idle']:.3f}",
-            f"{us['sampling'] / us['idle']:.3f}",
-        ]
-        rows[-1].append(f"{2 * us['idle'] / us['sampling']:.2f}")
-    return rows
-
-
-def pinned_rows(ok: dict) -> list[list]:
-    rows = []
-    for name in MODELS:
-        alone = ok.get(f"pinned_calls|{name}|processes=1", [])
-        # Rounds whose two processes measured at the same time: each started
-        # measuring at the agreed time, not after its partner may have ended.
-        pair = [
-            r
-            for r in ok.get(f"pinned_calls|{name}|processes=2", [])
-            if max(p["started late by"] for p in r["processes"]) < 0.5
-        ]
-        if not (alone and pair):
+        if not all(found.values()):
             continue
-        row = [name]
-        for who in ("ours", "jax"):
-            one = median([x for r in alone for x in r["processes"][0][who]])
-            both = [median([x for p in r["processes"] for x in p[who]]) for r in pair]
-            row += [f"{1e6 / one:.0f}", f"{2 * median(both) / one:.2f}"]
-        # Per round, pure JAX's calls per second over ours (interleaved, alone).
-        first = [r["processes"][0] for r in alone]
-        ratios = [j / o for p in first for o, j in zip(p["ours"], p["jax"])]
-        rows.append([*row[:3], f"{median(ratios):.2f}", *row[3:]])
+        per_core = {
+            route: median(
+                [r["seconds"] * len(r["steps"]) / sum(r["steps"]) * 1e6 for r in runs]
+            )
+            for route, runs in found.items()
+        }
+        for route, runs in found.items():
+            parts = [median(values(runs, "parts", p)) * 1e6 for p in PARTS]
+            xla = median([r["xla threads"] / sum(r["steps"]) * 1e6 for r in runs])
+            rows.append(
+                [name, BREAKDOWN_LABELS[route], "on" if pin else "off"]
+                + [f"{per_core[route]:.0f}"]
+                + [f"{per_core[route] / per_core['pinned']:.2f}"]
+                + [f"{p:.1f}" for p in parts]
+                + [f"{xla:.0f}"]
+            )
     return rows
 
 
-def parallel_rows(ok: dict) -> list[list]:
-    rows = []
-    for name in MODELS:
-        found = ok.get(f"parallel_calls|{name}|ours", [])
-        if not found:
-            continue
-        rows.append([name])
-        for who in ("ours", "jax"):
-            # Per round: two threads' calls per second over one thread's.
-            pairs = [zip(run[f"{who}|1"], run[f"{who}|2"]) for run in found]
-            ratios = [two / one for pair in pairs for one, two in pair]
-            one = median([rate for run in found for rate in run[f"{who}|1"]])
-            busy = median([b for run in found for b in run[f"{who}|1|cores busy"]])
-            rows[-1] += [f"{1e6 / one:.0f}", f"{busy:.2f}", f"{median(ratios):.2f}"]
-    return rows
+BREAKDOWN_LABELS = {
+    "pinned": "1, a pinned process",
+    "thread": "1, on a thread",
+    "threads": "2, on threads",
+}
 
 
 def threads_rows(ok: dict) -> list[list]:
@@ -870,9 +831,7 @@ TABLES = {
     "startup": startup_rows,
     "per_call": per_call_rows,
     "chains": chains_rows,
-    "neighbours": neighbours_rows,
-    "pinned": pinned_rows,
-    "parallel": parallel_rows,
+    "breakdown": breakdown_rows,
     "threads": threads_rows,
 }
 
