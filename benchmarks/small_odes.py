@@ -139,27 +139,40 @@ def since_start() -> float:
     return time.perf_counter() - START
 
 
-def compile_ours(name: str, route: str, phases: dict):
-    """The compiled model for nutpie, its start point, phases timed."""
+def compile_ours(name: str, route: str, phases: dict, owners=None):
+    """The compiled model for nutpie, its start point, phases timed (and, with
+    :class:`_owners.Owners`, whose code each phase ran)."""
+
+    def phase(name: str) -> None:
+        if owners is not None:
+            owners.phase = name
+
+    phase("imports")
     import numpy as np
     import nutpie
     import nutpie.compile_pymc
 
     import pytensor.compile.jax_ofg  # noqa: F401
 
+    __import__("stan_ode" if name.startswith("lv") else "_pk_model")
+    phases["imports"] = since_start()
     if route == "cfunc":  # nutpie's own numba.cfunc
         compiler = nutpie.compile_pymc._compile_pymc_model_numba
         nutpie.compile_pymc._compile_pymc_model_numba = compiler.__wrapped__
+    phase("build")
     model, initial_points = pymc_model(name)
     phases["imports+build"] = since_start()
+    phase("compile")
     before = since_start()
     compiled = nutpie.compile_pymc_model(model, initial_points=initial_points)
     phases["compile"] = since_start() - before
     x = np.asarray(compiled.initial_point_func(1), dtype=np.float64)
     call = logp_call(compiled, x)  # compiled here: nutpie's threads need none
+    phase("first call")
     before = since_start()
     status, _, _ = call()
     phases["first call"] = since_start() - before
+    phase("after")
     assert status == 0, status
     return model, compiled, x
 
@@ -228,9 +241,12 @@ def pure_jax(model, compiled, x):
 
 
 def child_startup(spec: dict) -> dict:
+    from _owners import Owners
+
     phases: dict = {}
-    compile_ours(spec["model"], spec["route"], phases)
-    return {"phases": phases}
+    with Owners() as owners:
+        compile_ours(spec["model"], spec["route"], phases, owners)
+    return {"phases": phases, "owners": owners.seconds}
 
 
 def child_per_call(spec: dict) -> dict:
@@ -663,6 +679,39 @@ def startup_rows(ok: dict) -> list[list]:
     return rows
 
 
+#: The libraries of the start-up's owners table, in its order; the rest: "others".
+OWNERS = ("ours", "PyTensor", "JAX", "PyMC", "Numba", "nutpie", "diffrax, equinox")
+STARTUP_PHASES = ("imports", "build", "compile", "first call")
+
+
+def owners_rows(ok: dict) -> list[list]:
+    rows = []
+    for name in MODELS:
+        found = [r for r in ok.get(f"startup|{name}|ours", []) if "owners" in r]
+        if not found:
+            continue
+        walls = {
+            "imports": values(found, "phases", "imports"),
+            "build": [
+                p["imports+build"] - p["imports"] for p in values(found, "phases")
+            ],
+            "compile": values(found, "phases", "compile"),
+            "first call": values(found, "phases", "first call"),
+        }
+        totals = [0.0] * (len(OWNERS) + 2)
+        for phase in STARTUP_PHASES:
+            seconds = [r["owners"].get(phase, {}) for r in found]
+            cells = [median([s.get(o, 0.0) for s in seconds]) for o in OWNERS]
+            rest = median(
+                [sum(v for o, v in s.items() if o not in OWNERS) for s in seconds]
+            )
+            row = [median(walls[phase]), *cells, rest]
+            totals = [a + b for a, b in zip(totals, row)]
+            rows.append([name, phase, *(f"{v:.2f}" for v in row)])
+        rows.append([name, "**total**", *(f"**{v:.2f}**" for v in totals)])
+    return rows
+
+
 def per_call_rows(ok: dict) -> list[list]:
     rows = []
     for name in MODELS:
@@ -829,6 +878,7 @@ def against_stan(name: str, ours: list[dict], stan_runs: list[dict]) -> dict:
 #: The tables, in order: their blocks in ``texts/small_odes.md``, their rows.
 TABLES = {
     "startup": startup_rows,
+    "owners": owners_rows,
     "per_call": per_call_rows,
     "chains": chains_rows,
     "breakdown": breakdown_rows,

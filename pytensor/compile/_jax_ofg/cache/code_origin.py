@@ -196,15 +196,21 @@ def _owner_candidates(top: str, file: str) -> Iterator[str]:
 @functools.lru_cache(maxsize=1024)
 def _recorded_files(
     name: str, path: tuple[str, ...]
-) -> tuple[str | None, frozenset[str]]:
-    """Return a distribution's pin (:func:`pinned_release`) and the files it recorded."""
+) -> tuple[str | None, str, frozenset[str]]:
+    """Return a distribution's pin (:func:`pinned_release`), the folder its paths are
+    relative to, and the paths it recorded (as its ``RECORD`` spells them).
+
+    Paths are compared as recorded, not located one by one: a distribution
+    like NumPy records thousands of files.
+    """
     try:
         dist = importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:
-        return None, frozenset()
-    files = frozenset(os.path.abspath(dist.locate_file(f)) for f in dist.files or ())
+        return None, "", frozenset()
+    files = frozenset(str(f) for f in dist.files or ())
+    root = os.path.abspath(dist.locate_file(""))
     release = f"{dist.metadata['Name']}=={dist.version}"
-    return pinned_release(release, dist.read_text("direct_url.json")), files
+    return pinned_release(release, dist.read_text("direct_url.json")), root, files
 
 
 def _release_owning(top: str, file: str) -> str | None:
@@ -215,7 +221,7 @@ def _release_owning(top: str, file: str) -> str | None:
     """
     file, path = os.path.abspath(file), tuple(sys.path)
     for name in _owner_candidates(top, file):
-        release, files = _recorded_files(name, path)
-        if file in files:
+        release, root, files = _recorded_files(name, path)
+        if files and os.path.relpath(file, root).replace(os.sep, "/") in files:
             return release
     return None
