@@ -57,18 +57,27 @@ def in_thread(function):
     return result["value"]
 
 
-def test_a_core_runtime_keeps_its_threads_on_its_core():
-    core = cores.usable_cores()[-1]
+@pytest.mark.parametrize("which", ["one core", "every core"])
+def test_a_runtime_keeps_its_threads_on_its_cores(which):
+    usable = tuple(cores.usable_cores())
+    chosen = usable[-1:] if which == "one core" else usable
+    made_before = chosen in cores._RUNTIMES
     before = thread_ids()
-    runtime = cores.runtime_of_core(core)
+    runtime = cores.runtime_on(chosen)
     new = thread_ids() - before
-    if core in cores._RUNTIMES and not new:  # made by an earlier test
+    if made_before:
         pytest.skip("this process made the runtime before the test watched")
     assert new, "the client started no threads"
-    assert {t: os.sched_getaffinity(t) for t in new} == {t: {core} for t in new}
+    assert {t: os.sched_getaffinity(t) for t in new} == {t: set(chosen) for t in new}
     assert runtime.device not in jax.devices()
-    assert os.sched_getaffinity(0) == set(cores.usable_cores())  # restored
-    assert cores.runtime_of_core(core) is runtime
+    assert os.sched_getaffinity(0) == set(usable)  # restored
+    assert cores.runtime_on(chosen) is runtime
+
+
+def test_cores_are_shared_evenly_among_threads():
+    assert cores.shares_of([0, 1, 2, 3, 4, 5, 6], 3) == [(0, 1, 2), (3, 4), (5, 6)]
+    assert cores.shares_of([2, 3], 2) == [(2,), (3,)]
+    assert cores.shares_of([0, 1], 3) == [(0,), (1,)]
 
 
 def damped(x, *, rate):
@@ -90,35 +99,70 @@ def test_a_pinned_thread_computes_what_any_thread_computes(linker, mode):
     ]
 
     def pinned_call():
-        runtime = cores.pin_this_thread()
+        share = cores.pin_this_thread()
         affinity = os.sched_getaffinity(0)
-        before = len(runtime.device.client.live_executables())
+        client = share.home.device.client
+        before = len(client.live_executables())
         outputs = function(point)
-        compiled = len(runtime.device.client.live_executables()) - before
-        return runtime, affinity, compiled, outputs
+        return share, affinity, len(client.live_executables()) - before, outputs
 
-    runtime, affinity, compiled, outputs = in_thread(pinned_call)
-    assert affinity == {runtime.core}
-    assert compiled >= 1  # the program ran on the core's runtime
-    assert cores.thread_device() is None  # this thread was not pinned
+    share, affinity, compiled, outputs = in_thread(pinned_call)
+    assert affinity == {share.home.cores[0]}
+    assert compiled >= 1  # the program ran on the home core's runtime
+    assert cores.thread_share() is None  # this thread was not pinned
     for got, want in zip(outputs, expected):
         np.testing.assert_allclose(got, want, rtol=1e-12)
     for got, want in zip(function(point), expected):  # and in this thread
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
-def test_consecutive_threads_get_distinct_cores():
+def test_a_samplers_threads_get_distinct_cores():
     usable = cores.usable_cores()
-    got = [in_thread(lambda: cores.pin_this_thread().core) for _ in usable]
-    assert sorted(got) == usable
+    cores.plan_sampler_threads(len(usable))
+    got = [in_thread(lambda: cores.pin_this_thread().home.cores) for _ in usable]
+    assert sorted(got) == [(core,) for core in usable]
 
 
 def test_the_flag_off_pins_nothing():
     with config.change_flags(jax_ofg__pin_sampler_threads=False):
-        assert in_thread(lambda: (cores.pin_this_thread(), cores.thread_device())) == (
+        assert in_thread(lambda: (cores.pin_this_thread(), cores.thread_share())) == (
             None,
             None,
         )
+
+
+def products(a):
+    return a @ a @ a @ a
+
+
+@pytest.mark.skipif(len(cores.usable_cores()) < 2, reason="one core")
+def test_a_thread_with_cores_to_spare_runs_big_programs_on_all_of_them():
+    cores.plan_sampler_threads(1)  # one thread: every core is its share
+    a = pt.matrix("a", shape=(300, 300))
+    small = pytensor.function([a], as_jax_op(lambda m: m[0] * 2.0)(a))
+    big = pytensor.function([a], as_jax_op(products)(a))
+    value = np.eye(300) + np.random.default_rng(0).normal(scale=0.01, size=(300, 300))
+
+    def pinned_calls():
+        share = cores.pin_this_thread()
+        counts = {}
+        for name, function in (("small", small), ("big", big)):
+            before = [
+                len(r.device.client.live_executables())
+                for r in (share.home, share.wide)
+            ]
+            function(value)
+            counts[name] = [
+                len(r.device.client.live_executables()) - b
+                for r, b in zip((share.home, share.wide), before)
+            ]
+        return share, counts, small(value), big(value)
+
+    share, counts, small_value, big_value = in_thread(pinned_calls)
+    assert share.wide is not None and share.wide.cores == tuple(cores.usable_cores())
+    assert counts == {"small": [1, 0], "big": [0, 1]}  # home, wide
+    np.testing.assert_allclose(small_value, value[0] * 2.0, rtol=1e-14)
+    np.testing.assert_allclose(big_value, products(value), rtol=1e-10, atol=1e-13)
 
 
 def sample(model, **kwargs):
@@ -143,10 +187,10 @@ def watch_pins(monkeypatch):
     pin = cores.pin_this_thread
 
     def recording_pin():
-        runtime = pin()
-        if runtime is not None:
-            pinned[threading.get_native_id()] = runtime.core
-        return runtime
+        share = pin()
+        if share is not None:
+            pinned[threading.get_native_id()] = share.home.cores[0]
+        return share
 
     monkeypatch.setattr(cores, "pin_this_thread", recording_pin)
     return pinned

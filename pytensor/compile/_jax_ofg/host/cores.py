@@ -1,4 +1,4 @@
-"""One XLA CPU runtime per core, for sampler threads pinned to that core.
+"""XLA CPU runtimes on a core (or a few) of their own, for sampler threads pinned there.
 
 JAX's CPU client runs a program on thread pools of its own: it hands the
 whole call to one (asynchronous dispatch), and XLA's executor hands ready
@@ -9,17 +9,19 @@ hand-offs meet in the same pools, cross cores, and the pools' idle threads
 spin on the core the other chain needs. A process pinned to one core has
 neither cost: its pools are one thread each, on the caller's core.
 
-:func:`pin_this_thread` gives a thread that: it pins the thread to a core of
-its own (round robin over the usable cores) and makes it a runtime on that
-core, a CPU client created there, so that its pools are one thread each on
-that core, and that runs each call on the calling thread (synchronous
-dispatch). Host programs called from the thread run on that runtime's device
-(:func:`thread_device`); every other thread keeps JAX's default device.
-nutpie's chain threads are pinned at their first call
-(:mod:`~pytensor.compile._jax_ofg.samplers.nutpie`). The flag
+A sampler about to start its threads says how many
+(:func:`plan_sampler_threads`); each thread, at its first call, takes a share
+of the usable cores and is pinned to the first of them, its home core
+(:func:`pin_this_thread`). Its programs then run on a runtime of its own: a
+CPU client created on the home core, so that its pools are one thread each
+there, which runs each call on the calling thread (synchronous dispatch).
+When there are more cores than threads, a share holds several cores, and a
+program big enough to use them (:data:`WIDE_FLOPS`, by XLA's cost analysis)
+runs on a runtime made on all of them. Every other thread keeps JAX's default
+device. nutpie's chain threads are pinned at their first call
+(:mod:`~pytensor.compile._jax_ofg.samplers.nutpie`); the flag
 ``jax_ofg__pin_sampler_threads`` (default on) turns it off.
 
-The benchmarks page's "Chains on threads" section has the measurements.
 Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
 flag (:func:`add_config_flag`).
 
@@ -28,13 +30,13 @@ Examples
 >>> import threading
 >>> found = []
 >>> def chain():
-...     runtime = pin_this_thread()
-...     found.append(runtime is None or thread_device() is runtime.device)
+...     share = pin_this_thread()
+...     found.append(share is None or thread_share() is share)
 >>> thread = threading.Thread(target=chain)
 >>> thread.start(); thread.join()
 >>> found
 [True]
->>> thread_device() is None  # this thread was not pinned
+>>> thread_share() is None  # this thread was not pinned
 True
 """
 
@@ -46,7 +48,7 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import jax
 
@@ -56,15 +58,25 @@ from pytensor.configparser import BoolParam
 
 
 __all__ = [
-    "CoreRuntime",
+    "WIDE_FLOPS",
+    "Runtime",
+    "Share",
     "add_config_flag",
     "pin_this_thread",
-    "runtime_of_core",
-    "thread_device",
+    "plan_sampler_threads",
+    "runtime_on",
+    "shares_of",
+    "thread_share",
     "usable_cores",
 ]
 
 _log = logging.getLogger(__name__)
+
+#: A program whose operations add up to this many floating-point operations
+#: (XLA's cost analysis: a loop's body counted once) runs on all of its
+#: thread's cores, where it has more than one: a 500 x 500 matrix product is
+#: 2.5e8; an ODE solve's step, a few thousand.
+WIDE_FLOPS = 1e7
 
 
 def add_config_flag() -> None:
@@ -73,26 +85,38 @@ def add_config_flag() -> None:
         config.add(
             "jax_ofg__pin_sampler_threads",
             "Pin each of nutpie's chain threads to a core of its own and run its "
-            "programs on an XLA CPU runtime of that core (synchronous, its thread "
+            "programs on an XLA CPU runtime made there (synchronous, its thread "
             "pools on that core), as a process pinned to one core runs them. Off: "
-            "chains call JAX's default CPU device from unpinned threads.",
+            "chains call JAX's default CPU device from unpinned threads. Read at "
+            "each chain's first call.",
             BoolParam(True),
             in_c_key=False,
         )
 
 
 @dataclasses.dataclass(frozen=True)
-class CoreRuntime:
-    """An XLA CPU client made on one core: its device, and that core."""
+class Runtime:
+    """An XLA CPU client made on some cores: those cores, and its one device."""
 
-    core: int
+    cores: tuple[int, ...]
     device: jax.Device
 
 
-_RUNTIMES: dict[int, CoreRuntime] = {}
+@dataclasses.dataclass(frozen=True)
+class Share:
+    """A sampler thread's cores: its home core's runtime, and one on all of them."""
+
+    home: Runtime
+    #: the runtime on every core of the share, if it has more than one
+    wide: Runtime | None
+
+
+_RUNTIMES: dict[tuple[int, ...], Runtime] = {}
 _LOCK = threading.Lock()
-_NEXT = itertools.count()
 _THREAD = threading.local()
+#: The shares the next pinned threads take, in turn (see plan_sampler_threads).
+_plan: list[tuple[int, ...]] = []
+_next = itertools.count()
 
 
 def usable_cores() -> list[int]:
@@ -104,33 +128,83 @@ def usable_cores() -> list[int]:
     return sorted(os.sched_getaffinity(os.getpid()))
 
 
+def shares_of(cores: Sequence[int], threads: int) -> list[tuple[int, ...]]:
+    """Split ``cores`` among ``threads`` threads: contiguous shares, as even as can be.
+
+    >>> shares_of([0, 1, 2, 3, 4], 2)
+    [(0, 1, 2), (3, 4)]
+    >>> shares_of([0, 1], 4)  # more threads than cores: a core each, in turn
+    [(0,), (1,)]
+    """
+    if threads >= len(cores):
+        return [(core,) for core in cores]
+    size, extra = divmod(len(cores), threads)
+    shares, start = [], 0
+    for k in range(threads):
+        stop = start + size + (k < extra)
+        shares.append(tuple(cores[start:stop]))
+        start = stop
+    return shares
+
+
+def plan_sampler_threads(threads: int) -> None:
+    """Say that a sampler is about to start ``threads`` threads: their shares of the
+    cores, taken in turn by :func:`pin_this_thread`."""
+    global _next
+    with _LOCK:
+        _plan[:] = shares_of(usable_cores(), max(threads, 1))
+        _next = itertools.count()
+
+
 @contextlib.contextmanager
-def _on_core(core: int) -> Iterator[None]:
-    """Run the block with this thread pinned to ``core``; its affinity is restored."""
+def _on_cores(cores: tuple[int, ...]) -> Iterator[None]:
+    """Run the block with this thread pinned to ``cores``; its affinity is restored."""
     previous = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {core})
+    os.sched_setaffinity(0, set(cores))
     try:
         yield
     finally:
         os.sched_setaffinity(0, previous)
 
 
-def runtime_of_core(core: int) -> CoreRuntime:
-    """Return the runtime of ``core``, made once per process.
+def runtime_on(cores: tuple[int, ...]) -> Runtime:
+    """Return the runtime made on ``cores``, once per process.
 
-    The client is made with this thread pinned to ``core``: XLA sizes its
-    pools to the cores the creating thread may use (one) and their threads
+    The client is made with this thread pinned to ``cores``: XLA sizes its
+    pools to the cores the creating thread may use, and their threads
     inherit its pin.
     """
     with _LOCK:
-        runtime = _RUNTIMES.get(core)
+        runtime = _RUNTIMES.get(cores)
         if runtime is None:
-            with _on_core(core):
+            with _on_cores(cores):
                 client = compat.make_cpu_client(asynchronous=False)
             (device,) = client.local_devices()
-            runtime = _RUNTIMES[core] = CoreRuntime(core, device)
-            _log.debug("Made an XLA CPU runtime on core %d", core)
+            runtime = _RUNTIMES[cores] = Runtime(cores, device)
+            _log.debug("Made an XLA CPU runtime on cores %s", cores)
         return runtime
+
+
+def pin_this_thread() -> Share | None:
+    """Pin the calling thread to its share's home core; return the share.
+
+    Threads take the shares of the last :func:`plan_sampler_threads` in turn
+    (without a plan, a core each, in turn). Returns None, and pins nothing,
+    when the flag ``jax_ofg__pin_sampler_threads`` is off or the platform
+    cannot pin threads (not Linux). A thread pinned already keeps its share.
+    """
+    share = getattr(_THREAD, "share", None)
+    if share is not None or not _applies():
+        return share
+    with _LOCK:
+        plan = list(_plan) or shares_of(usable_cores(), len(usable_cores()))
+        cores = plan[next(_next) % len(plan)]
+    home = runtime_on(cores[:1])
+    share = Share(home, runtime_on(cores) if len(cores) > 1 else None)
+    os.sched_setaffinity(0, {cores[0]})
+    _THREAD.share = share
+    _log.debug("Pinned thread %s to core %d", threading.get_native_id(), cores[0])
+    return share
 
 
 def _applies() -> bool:
@@ -140,30 +214,6 @@ def _applies() -> bool:
     )
 
 
-def pin_this_thread() -> CoreRuntime | None:
-    """Pin the calling thread to the next usable core and return that core's runtime.
-
-    Consecutive calls take consecutive cores, so that the threads of one
-    sampler get distinct cores while there are as many cores as threads.
-    Returns None, and pins nothing, when the flag
-    ``jax_ofg__pin_sampler_threads`` is off or the platform cannot pin
-    threads (not Linux). A thread pinned already keeps its core. Host
-    programs that run on another device than the CPU
-    (``jax_ofg__host_device``) ignore the runtime.
-    """
-    runtime = getattr(_THREAD, "runtime", None)
-    if runtime is not None or not _applies():
-        return runtime
-    cores = usable_cores()
-    core = cores[next(_NEXT) % len(cores)]
-    runtime = runtime_of_core(core)
-    os.sched_setaffinity(0, {core})
-    _THREAD.runtime = runtime
-    _log.debug("Pinned thread %s to core %d", threading.get_native_id(), core)
-    return runtime
-
-
-def thread_device() -> jax.Device | None:
-    """Return the device of the runtime the calling thread is pinned to, or None."""
-    runtime = getattr(_THREAD, "runtime", None)
-    return None if runtime is None else runtime.device
+def thread_share() -> Share | None:
+    """Return the share of the cores the calling thread is pinned to, or None."""
+    return getattr(_THREAD, "share", None)

@@ -195,6 +195,9 @@ class Program:
         #: whether it runs on JAX's default CPU device, and so, from a thread
         #: pinned to a core, on that core's runtime instead
         self.on_default_cpu = runs_on_default_cpu(self.device)
+        #: by input signature, whether the program runs on all of a pinned
+        #: thread's cores (see _device_in)
+        self._wide: dict[tuple, bool] = {}
         #: output shapes by input signature, from the traces that served them
         self.output_shapes: dict[tuple, tuple] = {}
         #: why a trace of this program was not kept (None: every one was)
@@ -268,12 +271,12 @@ class Program:
             inputs = tuple(
                 static_value(x) if i in self.static else x for i, x in enumerate(inputs)
             )
-        core_device = cores.thread_device() if self.on_default_cpu else None
+        share = cores.thread_share() if self.on_default_cpu else None
         try:
-            if core_device is None:
+            if share is None:
                 buffers = [np.asarray(b) for b in self._serving(*inputs)]
             else:
-                with jax.default_device(core_device):
+                with jax.default_device(self._device_in(share, inputs)):
                     buffers = [np.asarray(b) for b in self._serving(*inputs)]
         except Exception as error:
             if not is_failed_check(error):
@@ -285,6 +288,24 @@ class Program:
         if self._first_call_passed is None:
             self._first_call_passed = True
         return buffers
+
+    def _device_in(self, share: cores.Share, inputs: Sequence[Any]) -> jax.Device:
+        """Return the device of ``share`` that runs the program on ``inputs``: the
+        home core's, or all of the share's cores' for a program big enough to use
+        them (:data:`~pytensor.compile._jax_ofg.host.cores.WIDE_FLOPS`).
+
+        How big is XLA's cost analysis of the program, lowered once per
+        signature (only for threads whose share has several cores).
+        """
+        if share.wide is None:
+            return share.home.device
+        signature = self.signature(inputs)
+        wide = self._wide.get(signature)
+        if wide is None:
+            with jax.default_device(share.home.device):
+                costs = self._serving.lower(*inputs).cost_analysis() or {}
+            wide = self._wide[signature] = costs.get("flops", 0) >= cores.WIDE_FLOPS
+        return share.wide.device if wide else share.home.device
 
     def _raise(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         """Run the original program on ``inputs``, which fail one of its checks.

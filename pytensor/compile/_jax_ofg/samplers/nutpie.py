@@ -234,8 +234,8 @@ def _point_as_jax_array(function: Callable, point_type: Any) -> Callable:
     JAX array that aliases a NumPy buffer of its own (:func:`aliased_buffer`)
     and copies the point into the buffer: the calls return only once XLA has
     read it (their outputs are read), and no other thread writes it. The
-    array is on the device of the thread's core runtime, if it has one
-    (:func:`~pytensor.compile._jax_ofg.host.cores.thread_device`). A point of
+    array is on the device of the thread's home core, if it is pinned to one
+    (:func:`~pytensor.compile._jax_ofg.host.cores.pin_this_thread`). A point of
     unknown shape is passed as it is.
     """
     if None in point_type.shape:
@@ -248,7 +248,7 @@ def _point_as_jax_array(function: Callable, point_type: Any) -> Callable:
             buffer, array = per_thread.point
         except AttributeError:
             buffer, array = per_thread.point = aliased_buffer(
-                shape, dtype, cores.thread_device()
+                shape, dtype, _home_device()
             )
         if buffer is None:
             return function(point, *rest)
@@ -264,8 +264,8 @@ def _of_graph_inputs(
     """Return ``op_function`` of ``node``'s inputs as a function of ``fgraph``'s inputs.
 
     ``node``'s constants (an island's data) are put once on each device that
-    calls use (JAX's default one, or the calling thread's core runtime's:
-    :func:`~pytensor.compile._jax_ofg.host.cores.thread_device`), as the
+    calls use (JAX's default one, or the calling thread's home core's:
+    :func:`~pytensor.compile._jax_ofg.host.cores.pin_this_thread`), as the
     Numba linker's thunks hold them.
     """
     if list(node.inputs) == list(fgraph.inputs):
@@ -275,7 +275,7 @@ def _of_graph_inputs(
     placed: dict[jax.Device | None, list] = {}
 
     def template() -> list:
-        device = cores.thread_device()
+        device = _home_device()
         arguments = placed.get(device)
         if arguments is None:
             with _on(device):
@@ -294,6 +294,12 @@ def _of_graph_inputs(
         return op_function(*arguments)
 
     return call
+
+
+def _home_device() -> jax.Device | None:
+    """Return the device of the calling thread's home core, if it is pinned to one."""
+    share = cores.thread_share()
+    return None if share is None else share.home.device
 
 
 def _on(device: jax.Device | None) -> contextlib.AbstractContextManager:
@@ -433,6 +439,12 @@ def host_callback_model_class(base: type) -> type:
 
         def with_data(self, **updates):
             return with_host_callbacks(super().with_data(**updates))
+
+        def _make_sampler(self, settings, init_mean, cores_, *args, **kwargs):
+            # nutpie starts a thread per core it is given, at most one per chain.
+            chains = getattr(settings, "num_chains", cores_)
+            cores.plan_sampler_threads(min(cores_, chains))
+            return super()._make_sampler(settings, init_mean, cores_, *args, **kwargs)
 
     return HostCallbackPyMCModel
 
