@@ -4,10 +4,8 @@ Two of posteriordb's kind of small ODE posteriors:
 
 * ``lv``: the predator-prey model of ``examples/stan_ode.py`` (the case study's
   ``integrate_ode_rk45`` at 1e-5, 1e-3, 500 steps; 8 parameters), nutpie
-  started at the priors' locations;
-* ``lv_draws``: the same, nutpie's mass matrix adapted from the draws' variances
-  alone (``adaptation="draw_diag"``, Stan's rule) instead of its default from
-  draws and gradients, which leaves a chain stuck in about half the fits;
+  started at the priors' locations, its mass matrix adapted from the draws'
+  variances (this package's default for such models, Stan's rule);
 * ``pk``: the stiff PK model of :mod:`_pk_model` (``diffrax.Kvaerno5()`` as a
   user writes it, its 2 x 2 Newton systems solved by lineax's LU, which this
   package lowers without LAPACK; forward-mode gradients, as
@@ -81,11 +79,7 @@ from _report import fill  # noqa: E402
 from _timing import median  # noqa: E402
 
 
-MODELS = ("lv", "lv_draws", "pk")
-#: Models whose Stan program is another's: their fits are compared with its.
-SAME_STAN_PROGRAM = {"lv_draws": "lv"}
-#: nutpie's settings where a model's are not nutpie's defaults (chains and fits).
-NUTPIE_SETTINGS = {"lv_draws": {"adaptation": "draw_diag"}}
+MODELS = ("lv", "pk")
 #: Warm-up and draws of each chain in the ``chains`` measurement.
 CHAIN_LENGTH = 1000
 #: Routes whose processes compile what one process of ``ours`` does: they
@@ -102,7 +96,7 @@ LV_STAN_PROGRAM = (
 # --------------------------------------------------------------------------
 def pymc_model(name: str):
     """The PyMC model and nutpie's initial points for it."""
-    if name in ("lv", "lv_draws"):
+    if name == "lv":
         import stan_ode
 
         return stan_ode.build_model(), stan_ode.PRIOR_LOCATIONS
@@ -115,7 +109,7 @@ def pymc_model(name: str):
 
 def stan_program(name: str) -> tuple[str, dict, list[str]]:
     """The Stan program, its data and the parameters compared."""
-    if SAME_STAN_PROGRAM.get(name, name) == "lv":
+    if name == "lv":
         import numpy as np
         import stan_ode
 
@@ -283,7 +277,6 @@ def sample(compiled, spec: dict, *, chains, cores, length=CHAIN_LENGTH, **option
         seed=seed,
         progress_bar=False,
         **options,
-        **NUTPIE_SETTINGS.get(spec["model"], {}),
     )
 
 
@@ -310,7 +303,6 @@ def child_chain_processes(spec: dict, chains: int, tune: int, draws: int) -> dic
         draws=draws,
         compile_kwargs={"initial_points": initial_points} if initial_points else {},
         timeout=1800,
-        **NUTPIE_SETTINGS.get(spec["model"], {}),
     )
     phases["workers' start-up"] = max(
         w.seconds["imports"] + w.seconds["compile"] + w.seconds["first call"]
@@ -636,11 +628,11 @@ def plan(settings) -> list[list[dict]]:
             for spec in PLAN[kind]
             if kind != "threads" or name == "pk"
         ]
-        if "fit" in settings.kinds:  # Stan once per program
-            programs = dict.fromkeys(
-                SAME_STAN_PROGRAM.get(n, n) for n in settings.models
-            )
-            specs += [{"kind": "fit", "model": p, "route": "stan"} for p in programs]
+        if "fit" in settings.kinds:  # Stan's fit of each model
+            specs += [
+                {"kind": "fit", "model": name, "route": "stan"}
+                for name in settings.models
+            ]
         for spec in specs:
             spec["seed"] = settings.seed + round_
         shift = round_ % max(len(specs), 1)
@@ -841,7 +833,7 @@ def fit_sections(ok: dict, text: dict[str, str]) -> list[str]:
     """The whole-fit table, a note on older runs, and each posterior against Stan's."""
     rows, agreement, own_time_only = [], [], []
     for name, route in itertools.product(MODELS, FIT_ROUTES):
-        stan_runs = ok.get(f"fit|{SAME_STAN_PROGRAM.get(name, name)}|stan", [])
+        stan_runs = ok.get(f"fit|{name}|stan", [])
         if not (found := ok.get(f"fit|{name}|{route}", [])):
             continue
         if route == "processes" and any(

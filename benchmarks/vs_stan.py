@@ -136,25 +136,33 @@ def run_child(
     return result
 
 
-def run_pair(
-    route: str, max_steps: int, settings: argparse.Namespace, store: dict, name: str
+def run_interleaved(
+    pairs: list[tuple[str, int]], settings: argparse.Namespace, store: dict, name: str
 ) -> None:
-    """Cold and second process(es) of one route sharing fresh caches; stored as they end.
+    """The routes' runs, round by round: every route's cold process, then each
+    round of second processes (and Stan's reference last), each route in caches
+    of its own that its cold process fills; stored as they end.
 
-    For Stan, a last process with the cached build draws the reference
-    posterior: ``settings.reference_draws`` draws per chain.
+    Interleaved, so that the machine's drift within the hour falls on every
+    route alike. A route whose run fails runs no more.
     """
-    with tempfile.TemporaryDirectory(prefix=f"vs_stan-{route}-") as folder:
-        cache = Path(folder)
-        for key in keys_of(route, max_steps, settings):
-            print(f"--- {key}", flush=True)
-            draws = settings.reference_draws if key.endswith("|reference") else None
-            result = run_child(route, max_steps, cache, settings, draws)
-            store[key] = result
-            save(store, name)
-            print(describe(result), flush=True)
-            if "error" in result:
-                break
+    with tempfile.TemporaryDirectory(prefix="vs_stan-") as folder:
+        keys = {pair: keys_of(*pair, settings) for pair in pairs}
+        failed: set[tuple[str, int]] = set()
+        for turn in range(max(len(k) for k in keys.values())):
+            for pair in pairs:
+                if pair in failed or turn >= len(keys[pair]):
+                    continue
+                key = keys[pair][turn]
+                print(f"--- {key}", flush=True)
+                draws = settings.reference_draws if key.endswith("|reference") else None
+                cache = Path(folder) / f"{pair[0]}-{pair[1]}"
+                cache.mkdir(exist_ok=True)
+                store[key] = run_child(*pair, cache, settings, draws)
+                save(store, name)
+                print(describe(store[key]), flush=True)
+                if "error" in store[key]:
+                    failed.add(pair)
 
 
 def key_of(route: str, max_steps: int, process: str, repeat: int = 0) -> str:
@@ -497,6 +505,7 @@ def main(argv=None) -> None:
     settings = parse_args(argv)
     name = "vs_stan_quick" if settings.quick else "vs_stan"
     store = _report.load(name, {})
+    pairs = []
     for route in [] if settings.report else settings.routes:
         for budget in ROUTES[route].budgets:
             if settings.budgets and budget and budget not in settings.budgets:
@@ -506,7 +515,9 @@ def main(argv=None) -> None:
             if done and not settings.force:
                 print(f"--- {route}|{budget}: stored, skipped (--force runs it again)")
                 continue
-            run_pair(route, budget, settings, store, name)
+            pairs.append((route, budget))
+    if pairs:
+        run_interleaved(pairs, settings, store, name)
     _report.write(name, report(store, settings))
 
 
