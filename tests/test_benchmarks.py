@@ -6,6 +6,7 @@ their stored runs render as the tables beside them, and the room's size.
 
 import ast
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,16 @@ RENDERED = {
     "default_route": lambda module: module.report(load("default_route")),
     "stan_ode": lambda module: module.report(),
 }
+
+
+@pytest.fixture(autouse=True)
+def _environment_kept():
+    """A benchmark sets variables for its own runs as it is imported
+    (``EQX_ON_ERROR=nan``): not for the tests after it."""
+    before = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(before)
 
 
 def load(name: str):

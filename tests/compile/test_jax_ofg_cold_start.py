@@ -18,7 +18,7 @@ from _fresh_process import run_script, start_python
 
 import pytensor
 import pytensor.tensor as pt
-from pytensor.compile.jax_ofg import as_jax_op
+from pytensor.compile.jax_ofg import as_jax_op, clear_trace_cache
 from pytensor.compile.mode import get_mode
 from pytensor.link.numba.dispatch import jax_ofg as numba_dispatch
 
@@ -359,8 +359,11 @@ def test_no_trace_is_repeated_for_an_equal_function_and_equal_types(islands, cap
         f = pytensor.function([x], [cost, pt.grad(cost, x)], mode=mode)
         return f(xv)
 
-    # In this process (the trace cache on disk, tested elsewhere, is off).
-    with pytensor.config.change_flags(jax_ofg__trace_cache=False):
+    # In this process, from an empty trace cache (this session's own folder;
+    # a second process is tested elsewhere). With the cache off nothing
+    # watches a trace, so nothing is proven reusable: every compile traces.
+    clear_trace_cache()
+    with pytensor.config.change_flags(jax_ofg__trace_cache="on"):
         first = build_compile_and_run()
         n_traces = len(traced())
         assert n_traces  # shape inference, the residual or island trace, the run

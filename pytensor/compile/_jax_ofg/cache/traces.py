@@ -268,6 +268,7 @@ def proven_trace[R](compute: Callable[[], R], parts: Any) -> tuple[R, str | None
     """Return ``compute()``, a trace of what ``parts`` describe made outside the cache
     (``jax.jit`` tracing a program), and why it is unproven (None: the watch saw only
     what the key of ``parts`` describes, so it may be reused in this process).
+    With the cache off nothing is watched, so nothing is proven.
     """
     if mode() == "off":
         return compute(), "the trace cache is off (jax_ofg__trace_cache)"
