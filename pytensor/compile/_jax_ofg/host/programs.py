@@ -273,7 +273,7 @@ class Program:
             )
         share = cores.thread_share() if self.on_default_cpu else None
         try:
-            if share is None:
+            if share is None or share.wide is None:  # a pinned thread: its home
                 buffers = [np.asarray(b) for b in self._serving(*inputs)]
             else:
                 with jax.default_device(self._device_in(share, inputs)):
@@ -290,20 +290,18 @@ class Program:
         return buffers
 
     def _device_in(self, share: cores.Share, inputs: Sequence[Any]) -> jax.Device:
-        """Return the device of ``share`` that runs the program on ``inputs``: the
-        home core's, or all of the share's cores' for a program big enough to use
-        them (:data:`~pytensor.compile._jax_ofg.host.cores.WIDE_FLOPS`).
+        """Return the device of ``share`` (with several cores) that runs the program
+        on ``inputs``: the home core's, or all of the share's cores' for a program
+        big enough to use them
+        (:data:`~pytensor.compile._jax_ofg.host.cores.WIDE_FLOPS`).
 
         How big is XLA's cost analysis of the program, lowered once per
-        signature (only for threads whose share has several cores).
+        signature.
         """
-        if share.wide is None:
-            return share.home.device
         signature = self.signature(inputs)
         wide = self._wide.get(signature)
         if wide is None:
-            with jax.default_device(share.home.device):
-                costs = self._serving.lower(*inputs).cost_analysis() or {}
+            costs = self._serving.lower(*inputs).cost_analysis() or {}
             wide = self._wide[signature] = costs.get("flops", 0) >= cores.WIDE_FLOPS
         return share.wide.device if wide else share.home.device
 

@@ -273,15 +273,20 @@ def _of_graph_inputs(
     position = {x: i for i, x in enumerate(fgraph.inputs)}
     data = [x.data if isinstance(x, Constant) else None for x in node.inputs]
     placed: dict[jax.Device | None, list] = {}
+    per_thread = threading.local()
 
     def template() -> list:
-        device = _home_device()
-        arguments = placed.get(device)
-        if arguments is None:
-            with _on(device):
-                arguments = [None if x is None else jax.device_put(x) for x in data]
-            arguments = placed.setdefault(device, arguments)
-        return arguments
+        try:
+            return per_thread.arguments
+        except AttributeError:
+            device = _home_device()
+            if device not in placed:
+                with _on(device):
+                    placed[device] = [
+                        None if x is None else jax.device_put(x) for x in data
+                    ]
+            per_thread.arguments = placed[device]
+            return per_thread.arguments
 
     sources = [(i, position[x]) for i, x in enumerate(node.inputs) if x in position]
     if sources == [(0, 0)] and len(fgraph.inputs) == 1:  # a point, then data
@@ -345,6 +350,9 @@ def logp_callback(
     """
     logp_dlogp, ((value_in, value_at, _), (gradient_in, start, stop)) = flat_logp_dlogp
     view, value_view = array_views(n_dim), array_views(1)
+    # Where the value lies just before the gradient in one buffer (the usual
+    # plan), one check of both is enough until one of them is not finite.
+    together = value_in == gradient_in and value_at == start - 1
 
     def logp(dim, x, gradient_out, logp_out, user_data):
         if not getattr(_THREADS, "entered", False):
@@ -353,13 +361,14 @@ def logp_callback(
             return _WRONG_SIZE
         try:
             buffers = logp_dlogp(view(x), *shared)
-            value = float(buffers[value_in][value_at])
-            gradient = view(gradient_out)
-            gradient[:] = buffers[gradient_in][start:stop]
-            value_view(logp_out)[0] = value
-            if not np.isfinite(gradient).all():
+            gradient, values = buffers[gradient_in], buffers[value_in]
+            view(gradient_out)[:] = gradient[start:stop]
+            value_view(logp_out)[0] = values[value_at]
+            if together and np.isfinite(gradient[value_at:stop]).all():
+                return _OK
+            if not np.isfinite(gradient[start:stop]).all():
                 return _NONFINITE_GRADIENT
-            if not math.isfinite(value):
+            if not math.isfinite(values[value_at]):
                 return _NONFINITE_LOGP
         except BaseException:  # a rejected proposal, as in nutpie's own function
             _log.debug("The log-density raised; nutpie rejects it", exc_info=True)
