@@ -107,7 +107,12 @@ def test_ctrl_c_during_draws_gives_what_the_route_gives_without_the_ops(route, f
     if ours["outcome"] == "returned":
         assert 0 < ours["draws"] <= 2 * 10**6
         assert 0 < plain["draws"] <= 2 * 10**6
-    assert ours["children"] == plain["children"] == 0
+    # No process left behind that PyMC would not leave. PyMC's own SMC pool
+    # sometimes outlives a Ctrl-C by more than the 20 s the child waits (a CI
+    # run: 2 workers left by the plain model, none by the wrapped one).
+    assert ours["children"] <= plain["children"], (plain, ours)
+    if route != "smc":
+        assert ours["children"] == 0, ours
     check_second_fit(plain)
     check_second_fit(ours)
 
