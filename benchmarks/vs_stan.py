@@ -326,7 +326,7 @@ def machine_line(store: dict, timed: list[dict]) -> str:
     machine = store.get("meta", {}).get("machine") or machine_header(versions())
     return (
         f"{machine}; 1-minute load average at the start and end of the runs: "
-        f"{load_range} (the machine is shared: other jobs ran too)."
+        f"{load_range} (a fit's own processes count: on two cores, about 2)."
     )
 
 
