@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import warnings
@@ -305,4 +306,8 @@ def main(route: str, ops: bool) -> None:
 
 
 if __name__ == "__main__":
+    # Ctrl-C as a terminal gives it: a process started in the background
+    # (nohup, `&` without job control) passes SIGINT on ignored, and Python
+    # then installs no KeyboardInterrupt handler, so the fit would run on.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     main(sys.argv[1], sys.argv[2] == "ops")
