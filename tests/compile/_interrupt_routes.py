@@ -274,6 +274,18 @@ def _posterior_draws(trace):
     return values[~np.isnan(values).any(axis=-1)]
 
 
+def _raised(error: BaseException) -> str:
+    """The name of what the fit raised: KeyboardInterrupt also when a C function
+    returned with it pending, which CPython raises as a SystemError caused by it
+    (seen now and then with PyMC's SMC, on the model without the ops)."""
+    cause = error
+    while cause is not None:
+        if isinstance(cause, KeyboardInterrupt):
+            return "KeyboardInterrupt"
+        cause = cause.__cause__ or cause.__context__
+    return type(error).__name__
+
+
 def main(route: str, ops: bool) -> None:
     outcome = {"route": route, "ops": ops}
     with warnings.catch_warnings(record=True) as caught:
@@ -281,7 +293,7 @@ def main(route: str, ops: bool) -> None:
         try:
             trace = _fit(route, ops, SLOW_DRAWS, first=True)
         except BaseException as error:
-            outcome["outcome"] = f"raised {type(error).__name__}"
+            outcome["outcome"] = f"raised {_raised(error)}"
         else:
             outcome["outcome"] = "returned"
             outcome["draws"] = len(_posterior_draws(trace))
