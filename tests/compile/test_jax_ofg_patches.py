@@ -64,7 +64,7 @@ def test_the_patches_and_hooks_are_those_known():
         "patches.numba_direct_thunk",
         "patches.nutpie_adaptation",
         "patches.nutpie_host_callbacks",
-        "patches.pymc_start_method",
+        "patches.pymc_sampling",
         "patches.xla_cache",
         "patches.xla_cache_writes",
     ]

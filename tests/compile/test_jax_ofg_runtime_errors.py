@@ -160,7 +160,7 @@ def test_a_served_program_raises_what_equinox_raises(passing_calls):
     f = compile_function([mu], as_jax_op(checked)(mu), None)
     (node,) = f.maker.fgraph.toposort()
     program = node.op.program
-    assert program._serving is not program.raising  # served through the cache
+    assert program._serving is not program.original.raising  # served by the cache
     original = jax.jit(checked)
     for value in (1.0, 2.0)[:passing_calls]:
         np.testing.assert_allclose(f(value), original(value), rtol=1e-15)

@@ -7,7 +7,9 @@ the parent notes whether JAX's backends are initialised; in the child, that
 note becomes ``host/fork_guard``'s flag, which every host call and every
 ``mode="JAX"`` function holding wrapped functions checks, raising
 :class:`~pytensor.compile._jax_ofg.host.fork_guard.ForkedAfterJaxError`
-instead of running JAX.
+instead of running JAX; and the child closes its copies of the parent's
+CPU leases (``cores/leases``), which would otherwise keep the parent's CPUs
+taken as long as the child lives.
 
 Why
 ---

@@ -20,7 +20,8 @@ from pytensor.compile._jax_ofg.cache import api as trace_cache
 from pytensor.compile._jax_ofg.errors import report, runtime_error_counts
 from pytensor.compile._jax_ofg.host import fork_guard
 from pytensor.compile._jax_ofg.host.packing import DtypePacking, Plan
-from pytensor.compile._jax_ofg.host.programs import Program, host_device_name
+from pytensor.compile._jax_ofg.host.placement import host_device_name
+from pytensor.compile._jax_ofg.host.programs import Program
 from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.op import HasMultipleInnerGraph, is_thunk_type
 from pytensor.graph.traversal import apply_ancestors
