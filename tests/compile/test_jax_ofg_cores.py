@@ -10,6 +10,7 @@ computes; a failure leaves it unpinned with one warning; nothing re-pins
 per call; a session's threads get their affinity back when it closes.
 """
 
+import json
 import logging
 import os
 import signal
@@ -700,8 +701,6 @@ print(json.dumps({"homes": list(homes.values()), "seconds": time.perf_counter() 
 def test_processes_sampling_at_once_pin_their_chains_to_distinct_cpus(tmp_path):
     """Two processes each sample with ``cores=1`` at once, as the Dask how-to runs
     fits: each one's chain thread gets a CPU of its own (one per free CPU)."""
-    import json
-
     if THIS_MACHINE.busy_threads() < 2:
         pytest.skip("one core")
     root = Path(__file__).parents[2]
@@ -723,3 +722,51 @@ def test_processes_sampling_at_once_pin_their_chains_to_distinct_cpus(tmp_path):
     homes = [cpu for result in results for cpu in result["homes"]]
     print("seconds sampling:", [round(r["seconds"], 2) for r in results])
     assert None not in homes and len(homes) == 2 and homes[0] != homes[1]
+
+
+COLD_PROCESS = """
+import collections, json, logging, sys
+import conftest
+sys.path.insert(0, "tests/compile")
+misses = collections.Counter()
+
+class Misses(logging.Handler):
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith("PERSISTENT COMPILATION CACHE MISS for"):
+            misses[message.split("'")[1]] += 1
+
+logger = logging.getLogger("jax._src.compiler")
+logger.setLevel(logging.DEBUG)
+logger.addHandler(Misses())
+import nutpie
+from _conjugate_model import build_model
+compiled = nutpie.compile_pymc_model(build_model(pool_work=False))
+trace = nutpie.sample(compiled, chains=2, cores=2, tune=30, draws=30, progress_bar=False)
+print(json.dumps(dict(misses)))
+"""
+
+
+@pytest.mark.slow
+def test_a_cold_process_compiles_its_model_once_for_every_chain(tmp_path):
+    """A fresh process, its XLA cache empty, samples 2 chains on 2 CPUs (two XLA
+    clients): the model's program is compiled once; the second chain's client
+    reads it from the cache."""
+    if THIS_MACHINE.busy_threads() < 2:
+        pytest.skip("one core")
+    environment = dict(
+        os.environ,
+        JAX_COMPILATION_CACHE_DIR=str(tmp_path / "xla"),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", COLD_PROCESS],
+        cwd=Path(__file__).parents[2],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    misses = json.loads(done.stdout.strip().splitlines()[-1])
+    assert misses.get("jit_program_on_core") == 1, misses

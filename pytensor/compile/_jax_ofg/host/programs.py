@@ -393,7 +393,11 @@ class CoreRoute:
                 for i, x in enumerate(inputs)
                 if i not in program.static
             ]
-            return jax.jit(exported.call), specs, entry.flagged
+
+            def program_on_core(*dynamic):  # XLA's name for it: jit_program_on_core
+                return exported.call(*dynamic)
+
+            return jax.jit(program_on_core), specs, entry.flagged
         specs = [
             x if i in program.static else jax.ShapeDtypeStruct(np.shape(x), x.dtype)
             for i, x in enumerate(inputs)
