@@ -74,6 +74,7 @@ html_sidebars = {
         "index",
         "install",
         "getting_started",
+        "guide/compared_with_wrap_jax",
         "library/jax_ofg",
         "benchmarks",
         "benchmark_notes",
@@ -83,7 +84,15 @@ html_sidebars = {
 }
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
-exclude_patterns = ["_build", "_ext", "tutorials_src/README.rst", "_why.rst"]
+exclude_patterns = [
+    "_build",
+    "_ext",
+    "tutorials_src/README.rst",
+    "_why.rst",
+    # pages of running times an older sphinx-gallery run may have left
+    "sg_execution_times.rst",
+    "tutorials/sg_execution_times.rst",
+]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 myst_heading_anchors = 3
 nitpicky = False

@@ -65,14 +65,18 @@ for (const el of article.querySelectorAll("dl.py > dt")) {
   const over = wide(el);
   if (over > slack) report.overflows.push(["signature", Math.round(over), label(el)]);
 }
-// Sidebar text past the sidebar's edge (the sidebar clips it).
+// Sidebar text past the sidebar's visible edge (the sidebar clips it, or
+// scrolls it sideways): the extent of each entry's text, not of its box.
 for (const side of document.querySelectorAll(".bd-sidebar-primary, .bd-sidebar-secondary")) {
   if (side.offsetParent === null) continue;
   const edge = side.getBoundingClientRect();
-  for (const el of side.querySelectorAll("a, code, span")) {
-    const box = el.getBoundingClientRect();
+  const right = edge.left + side.clientLeft + side.clientWidth;
+  for (const el of side.querySelectorAll("a, code")) {
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    const box = range.getBoundingClientRect();
     if (box.width === 0 || box.height === 0) continue;
-    if (box.right > edge.right + slack || box.left < edge.left - slack) {
+    if (box.right > right + slack || box.left < edge.left - slack) {
       report.cut.push((el.innerText || "").trim().split("\n")[0].slice(0, 60));
     }
   }

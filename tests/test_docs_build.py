@@ -209,6 +209,10 @@ def check_site(site: Path) -> None:
     )
     for name in ("index", "install", "benchmarks"):
         assert f'href="{repository}"' in (site / f"{name}.html").read_text(), name
+    # the pages a new reader needs, linked from the landing page
+    landing = (site / "index.html").read_text()
+    for page in ("install", "howto/troubleshooting", "guide/compared_with_wrap_jax"):
+        assert f'href="{page}.html"' in landing, page
     assert figures_not_from_results(site) == []
 
 
@@ -227,6 +231,19 @@ def figures_not_from_results(site: Path) -> list[str]:
         for page in _browser.site_pages(site)
         for figure in stated_figures(page.read_text(), context=30)
     ]
+
+
+@pytest.mark.parametrize(
+    "name", ["stored_results", "figures", "_stated_figures", "test_docs_build"]
+)
+def test_the_examples_of_the_docs_helpers_run(name):
+    """The docstring examples of the docs' extensions and of these checks."""
+    import doctest
+
+    if str(ROOT / "doc" / "_ext") not in sys.path:
+        sys.path.append(str(ROOT / "doc" / "_ext"))
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.attempted >= 1 and result.failed == 0
 
 
 def test_the_link_checker_finds_a_broken_link_and_a_missing_anchor(tmp_path):

@@ -15,7 +15,7 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-sys.path.insert(0, str(ROOT / "doc" / "_ext"))
+sys.path.append(str(ROOT / "doc" / "_ext"))
 import figures  # noqa: E402  (the docs' figures, rendered from benchmarks/results/)
 
 

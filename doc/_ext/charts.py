@@ -5,12 +5,12 @@ median of the later processes (caches warm) as a solid bar labelled with its
 ratio to Stan's, and the first process (caches empty; Stan's first build)
 as a light bar beside it, where the benchmark stored one. The axis is
 linear, so a bar twice as long took twice as long. Every value comes from
-:mod:`quantities`; nothing is typed here.
+:mod:`result_keys`; nothing is typed here.
 """
 
 from __future__ import annotations
 
-import quantities as q
+import result_keys as q
 from figures import ratio, seconds
 
 

@@ -9,7 +9,7 @@ figures sit between ``<!-- results:NAME -->`` markers and are written by
 ``python doc/_ext/figures.py --readme`` (``--check`` only compares).
 
 Which key of which results file a figure reads is said once, in
-:mod:`quantities`; this module formats and arranges them.
+:mod:`result_keys`; this module formats and arranges them.
 
 >>> FIGURES["sir.setup"]()
 '4 chains of 1000 + 1000'
@@ -24,7 +24,7 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-import quantities as q
+import result_keys as q
 from stored_results import StoredTable, stored_table
 
 
@@ -145,7 +145,7 @@ def small_ode_table() -> StoredTable:
         "min bulk ESS",
         "worst R-hat",
         "gradients per draw",
-        "divergences, all fits",
+        "divergences",
         "agrees with Stan",
     ]
     return table(header, rows, text_columns=2)

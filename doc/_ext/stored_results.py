@@ -1,11 +1,11 @@
-"""The stored benchmark results, read by key: the one place that knows their files.
+"""The stored benchmark results, read by key: the one reader of their files.
 
 Every figure the documentation and the README state comes from
 ``benchmarks/results/`` through :func:`lookup` (a value in a JSON file, by its
 path of keys) or :func:`stored_table` (a table of a stored markdown report,
-by the heading it sits under). When a benchmark changes how it stores its
-results, the functions in :mod:`figures` that name its keys change with it;
-nothing else does. A missing file or key raises :class:`MissingResult`,
+by the heading it sits under). Which keys hold what is said in
+:mod:`result_keys` alone: when a benchmark changes how it stores its results,
+that module changes with it, nothing else. A missing file or key raises :class:`MissingResult`,
 naming both, so that a build never shows a figure that is not stored.
 
 >>> lookup("vs_stan", "stan|1000000|cold", "chains")

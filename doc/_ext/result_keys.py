@@ -141,20 +141,15 @@ def sir_setup() -> str:
 
 
 # ------------------------------ predator-prey and stiff PK (small_odes)
-MODELS = {
-    "lv": "predator-prey (`examples/stan_ode.py`, 8 parameters; Stan: "
-    "`integrate_ode_rk45`)",
-    "pk": "stiff PK (`diffrax.Kvaerno5()`, forward mode, 5 parameters; Stan: "
-    "`integrate_ode_bdf`)",
-}
+MODELS = {"lv": "predator-prey", "pk": "stiff PK"}
 #: Stored fits of a model the benchmark no longer has (its hand-written dense
 #: solver gave way to the unrolled small linear algebra): not a route a user
 #: can take today.
 RETIRED_MODELS = {"pk_dense"}
 FIT_ROUTES = {
-    "ours": "`as_jax_op`, nutpie's chains on threads (`nutpie.sample(cores=2)`)",
-    "processes": "`as_jax_op`, chains in processes (`sample_in_processes`)",
-    "stan": "Stan, PyStan 3 (cached build)",
+    "ours": "`as_jax_op`, chains on threads",
+    "processes": "`as_jax_op`, chains in processes",
+    "stan": "Stan, cached build",
 }
 #: The Stan fit a model's fits are compared with.
 FIT_STAN: dict[str, str] = {}
