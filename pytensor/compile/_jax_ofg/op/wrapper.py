@@ -316,7 +316,7 @@ def as_jax_op(
     name: str | None = None,
     output_types: Any = None,
     gradient: str = "auto",
-) -> Any:
+) -> JaxOpWrapper | Callable[[Callable], JaxOpWrapper]:
     """Make a JAX function callable with PyTensor variables: a :class:`JaxOpWrapper`.
 
     The function may take and return any pytree (dicts, lists, tuples,
@@ -347,6 +347,12 @@ def as_jax_op(
         solve with ``adjoint=diffrax.ForwardMode()``), then forward; never
         chosen by size. Pass ``"forward"`` for few parameters and a costly
         (stiff) solve, where it wins (the guide's "Forward or reverse mode").
+
+    Returns
+    -------
+    JaxOpWrapper or Callable[[Callable], JaxOpWrapper]
+        The wrapped function, a :class:`JaxOpWrapper`; without ``fn`` (as
+        ``@as_jax_op(name=...)``), a decorator that returns one.
 
     Examples
     --------
