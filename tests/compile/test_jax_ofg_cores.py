@@ -318,7 +318,7 @@ def test_a_pinned_thread_computes_what_any_thread_computes(linker, mode, lease_f
 
     def pinned_call():
         pin = session.pin_calling_thread()
-        client = pin.home.device.client
+        client = pin.runtime.device.client
         before = len(client.live_executables())
         outputs = function(point)
         return (
@@ -477,7 +477,7 @@ def test_a_closed_session_gives_its_live_threads_their_affinity_back(lease_folde
     thread.join()
     assert seen["pinned"] == {seen["pin"].cpu}
     assert seen["after"] == seen["before"]
-    assert seen["pin after"].home is None  # its calls take the default route
+    assert seen["pin after"].runtime is None  # its calls take the default route
 
 
 def test_the_flag_off_pins_nothing():
@@ -499,7 +499,7 @@ def test_a_thread_with_cpus_to_spare_runs_big_programs_on_all_of_them(lease_fold
 
     def pinned_calls():
         pin = session.pin_calling_thread()
-        runtimes = (pin.home, pin.wide())
+        runtimes = (pin.runtime, pin.runtime_on_share())
         counts = {}
         for name, function in (("small", small), ("big", big)):
             before = [len(r.device.client.live_executables()) for r in runtimes]

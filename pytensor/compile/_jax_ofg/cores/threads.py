@@ -57,17 +57,18 @@ class ThreadPin:
     tid: int
     #: the CPU it holds a lease on (None: it holds none and is not pinned)
     cpu: int | None
-    #: its home CPU's runtime while its session runs (None: not pinned now)
-    home: Runtime | None
+    #: the runtime of its CPU while its session runs (None: not pinned now)
+    runtime: Runtime | None
     #: the CPUs of its share (its home first): a big program runs on all of them
     share: tuple[int, ...]
     #: its affinity before it was pinned, given back when its session closes
     previous: frozenset[int]
     session: SamplerSession | None
 
-    def wide(self) -> Runtime | None:
-        """Return the runtime on every CPU of its share, if it has several."""
-        if self.home is None or len(self.share) < 2:
+    def runtime_on_share(self) -> Runtime | None:
+        """Return the runtime on every CPU of its share (for big programs), if it
+        has several."""
+        if self.runtime is None or len(self.share) < 2:
             return None
         return runtime_on(tuple(sorted(self.share)))
 
@@ -144,7 +145,7 @@ class SamplerSession:
         with _LOCK:
             pin = _PINS.get(tid)
         if pin is not None and pin.session is self:
-            _CALLING.pin = pin if pin.home is not None else None
+            _CALLING.pin = pin if pin.runtime is not None else None
             return _CALLING.pin
         try:
             pin = self._resume(pin) if pin is not None else self._pin_new(tid)
@@ -153,7 +154,7 @@ class SamplerSession:
             pin = ThreadPin(tid, None, None, (), frozenset(), self)
         with _LOCK:
             _PINS[tid] = pin
-        _CALLING.pin = pin if pin.home is not None else None
+        _CALLING.pin = pin if pin.runtime is not None else None
         return _CALLING.pin
 
     def _pin_new(self, tid: int) -> ThreadPin:
@@ -167,7 +168,7 @@ class SamplerSession:
             _log.debug("Thread %d is not pinned: no free CPU", tid)
             return ThreadPin(tid, None, None, (), previous, self)
         try:
-            home = runtime_on((lease.cpu,))
+            runtime = runtime_on((lease.cpu,))
             os.sched_setaffinity(0, {lease.cpu})
             # From here the C library closes the lease when the thread exits.
             compat.close_at_thread_exit(lease.fd)
@@ -177,7 +178,7 @@ class SamplerSession:
             raise
         lease.hand_over()
         share = (lease.cpu, *(c for c in share if c != lease.cpu))
-        pin = ThreadPin(tid, lease.cpu, home, share, previous, self)
+        pin = ThreadPin(tid, lease.cpu, runtime, share, previous, self)
         self.pins.append(pin)
         _log.debug("Pinned thread %d to CPU %d", tid, lease.cpu)
         return pin
@@ -187,7 +188,7 @@ class SamplerSession:
         if pin.cpu is None:
             return self._pin_new(pin.tid)
         os.sched_setaffinity(0, {pin.cpu})
-        pin.home, pin.session = runtime_on((pin.cpu,)), self
+        pin.runtime, pin.session = runtime_on((pin.cpu,)), self
         self.pins.append(pin)
         return pin
 
@@ -203,7 +204,7 @@ class SamplerSession:
         for pin in self.pins:
             if pin.session is not self or not _alive(pin.tid):
                 continue
-            pin.home = None
+            pin.runtime = None
             with contextlib.suppress(OSError):  # it exited meanwhile
                 os.sched_setaffinity(pin.tid, pin.previous)
 

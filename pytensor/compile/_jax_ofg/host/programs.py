@@ -104,8 +104,9 @@ class Program:
         self.on_cpu = runs_on_cpu(self.device)
         #: output shapes by input signature, from the traces that served them
         self.output_shapes: dict[tuple, tuple] = {}
-        #: why a trace of this program was not kept (None: every one was)
-        self.unproven: str | None = None
+        #: why a trace of this program was not kept by the trace cache (None:
+        #: every one was)
+        self.not_kept: str | None = None
         #: > 0 while the trace cache traces the program (to export it)
         self._exporting = 0
 
@@ -113,13 +114,13 @@ class Program:
             if self._exporting:  # the trace cache watches it
                 outputs = function(*inputs)
             elif key is None:
-                self.unproven = self.unproven or "its key cannot be described"
+                self.not_kept = self.not_kept or "its key cannot be described"
                 outputs = function(*inputs)
             else:  # jit traces it: watched here, for reuse in this process
                 outputs, refusal = trace_cache.proven_trace(
                     lambda: function(*inputs), key
                 )
-                self.unproven = self.unproven or refusal
+                self.not_kept = self.not_kept or refusal
             self.output_shapes[self.signature(inputs)] = tuple(
                 tuple(o.shape) for o in outputs
             )
@@ -130,7 +131,9 @@ class Program:
         self.original = OriginalProgram(
             jax.jit(recorded, static_argnums=self.static), self.device
         )
-        self._serving = (
+        #: the program on host arrays, traced through the trace cache (the
+        #: original where the cache does not keep it)
+        self.through_trace_cache = (
             on_device(
                 jax.jit(self._traced_or_loaded, static_argnums=self.static),
                 self.device,
@@ -153,7 +156,7 @@ class Program:
         """Return whether it may serve a later compile: every trace it made was kept by
         the trace cache (what the others depended on was not seen).
         """
-        return self.unproven is None
+        return self.not_kept is None
 
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
         """Return the packed output buffers for host ``inputs``, as (read-only) NumPy
@@ -164,12 +167,12 @@ class Program:
                 static_value(x) if i in self.static else x for i, x in enumerate(inputs)
             )
         pin = cores.thread_pin() if self.on_cpu else None
-        if pin is not None and pin.home is not None:
+        if pin is not None and pin.runtime is not None:
             buffers = self.core_route(pin, inputs)
             if buffers is not None:
                 return buffers
         try:
-            buffers = [np.asarray(b) for b in self._serving(*inputs)]
+            buffers = [np.asarray(b) for b in self.through_trace_cache(*inputs)]
         except Exception as error:
             if not is_failed_check(error):
                 raise
@@ -219,7 +222,7 @@ class Program:
             x if i in self.static else jax.ShapeDtypeStruct(x.shape, x.dtype)
             for i, x in enumerate(inputs)
         ]
-        with trace_cache.unproven_traces() as unproven:
+        with trace_cache.unproven_traces() as unkept:
             entry = trace_cache.cached(
                 "program",
                 (self.key, avals, statics, self._platform()),
@@ -227,7 +230,7 @@ class Program:
                 name=self.name,
                 differs=entries_differ,
             )
-        self.unproven = self.unproven or (unproven[0] if unproven else None)
+        self.not_kept = self.not_kept or (unkept[0] if unkept else None)
         if isinstance(entry, NotExportable):
             trace_cache.uncached(self.name, "program", entry.reason)
         elif isinstance(entry, Exported):
@@ -324,7 +327,7 @@ class CoreRoute:
 
     def __init__(self, program: Program):
         self._program = program
-        #: by (home runtime, share, input shapes, static values): the loaded
+        #: by (the pin's runtime, share, input shapes, static values): the
         #: executable, the dynamic inputs' positions and whether it is flagged
         self._calls: dict[tuple, tuple[Callable, list[int] | None, bool] | None] = {}
         #: by signature: the program, whether flagged, whether big
@@ -334,7 +337,7 @@ class CoreRoute:
     def __call__(self, pin: cores.ThreadPin, inputs: tuple) -> list[np.ndarray] | None:
         """Return the packed buffers, or None to take the default route."""
         program = self._program
-        key = (pin.home, pin.share, tuple([getattr(x, "shape", x) for x in inputs]))
+        key = (pin.runtime, pin.share, tuple([getattr(x, "shape", x) for x in inputs]))
         found = self._calls.get(key, _MISSING)
         if found is _MISSING:
             found = self._calls[key] = self._prepare(pin, inputs)
@@ -356,9 +359,9 @@ class CoreRoute:
         if jax.config.jax_disable_jit:
             return None
         try:
-            executable, flagged, big = self._executable(pin.home, inputs)
-            wide = pin.wide() if big else None
-            run = executable.on(wide or pin.home)
+            executable, flagged, big = self._executable(pin.runtime, inputs)
+            on_share = pin.runtime_on_share() if big else None
+            run = executable.on(on_share or pin.runtime)
         except Exception as error:
             _warn_once(program.name, error)
             return None

@@ -383,7 +383,7 @@ def _placed(value: np.ndarray, device: jax.Device | None) -> Any:
 def _home_device() -> jax.Device | None:
     """Return the device of the runtime of the calling thread's CPU, if it is pinned."""
     pin = cores.thread_pin()
-    return None if pin is None or pin.home is None else pin.home.device
+    return None if pin is None or pin.runtime is None else pin.runtime.device
 
 
 def _on(device: jax.Device | None) -> contextlib.AbstractContextManager:
