@@ -46,6 +46,7 @@ def run_python(
     :data:`SITECUSTOMIZE` at start-up. That includes the worker processes that
     ``spawn`` and ``forkserver`` start, which import the main script again
     (whichever file that is) and would otherwise import the installed copy.
+    They take CPU leases in a folder of their own (see ``start_python``).
     The processes run in their own process group, which is killed when
     ``timeout`` (seconds) passes: a hang fails the test and leaves no worker
     behind. With ``check``, a non-zero exit fails the test with the end of
@@ -79,10 +80,17 @@ def start_python(
     startup = Path(folder) / "_checkout_startup"
     startup.mkdir(exist_ok=True)
     (startup / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    # CPU leases of the process's own: processes of earlier tests (workers
+    # still exiting) hold none of its CPUs. Read last, the file wins.
+    rc = startup / "pytensorrc"
+    rc.write_text(f"[jax_ofg]\ncpu_leases = {startup / 'cpu_leases'}\n")
+    env = {**os.environ, **(env or {})}
     env = {
-        **os.environ,
-        **(env or {}),
+        **env,
         "PYTHONPATH": os.pathsep.join([str(startup), *_pythonpath()]),
+        "PYTENSORRC": os.pathsep.join(
+            [p for p in env.get("PYTENSORRC", "").split(os.pathsep) if p] + [str(rc)]
+        ),
     }
     return subprocess.Popen(
         [sys.executable, *arguments],
