@@ -8,6 +8,7 @@ and output (``-D plot_gallery=0`` builds them without running them).
 
 import doctest
 import runpy
+import sys
 from pathlib import Path
 
 
@@ -18,6 +19,8 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 # ``__init__.py``, so it puts the checkout's folders first on the installed
 # PyTensor sub-packages' search paths); run it rather than repeat it.
 runpy.run_path(str(CHECKOUT / "conftest.py"))
+# This folder's extensions (``flags_directive``: the tables of flags).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 project = "pytensor-jax-ofg"
 author = "pytensor-jax-ofg developers"
@@ -33,6 +36,7 @@ extensions = [
     "sphinx_gallery.gen_gallery",
     "sphinx_copybutton",
     "matplotlib.sphinxext.plot_directive",
+    "flags_directive",
 ]
 
 html_theme = "pydata_sphinx_theme"

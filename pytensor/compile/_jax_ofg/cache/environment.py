@@ -20,6 +20,7 @@ import numpy as np
 from pytensor.compile._jax_ofg import compat
 from pytensor.compile._jax_ofg.cache.code_origin import is_inside
 from pytensor.compile._jax_ofg.cache.fingerprints import digest
+from pytensor.compile._jax_ofg.flags import FLAGS
 
 
 __all__ = [
@@ -55,8 +56,9 @@ UNKEYED_FLAGS = frozenset(
 )
 
 
-#: This package's flags that change the programs it lowers: part of every key.
-KEYED_OWN_FLAGS = frozenset({"jax_ofg__small_linalg_max_size"})
+#: This package's flags that change the programs it lowers: part of every key
+#: (``keyed`` in the table of ``flags``).
+KEYED_OWN_FLAGS = frozenset(flag.name for flag in FLAGS if flag.keyed)
 
 
 #: JAX options that differ between runs for reasons that do not change a

@@ -5,9 +5,9 @@ the trace ran (:mod:`~pytensor.compile._jax_ofg.cache.watch` watches it: an
 allowlist); what cannot be keyed, or ran anything else, is not cached.
 Its entries are kept behind two methods, ``get`` and ``put``
 (``cache/storage``), under keys made in ``cache/keys``. Registers nothing
-itself: :func:`install` (run by :func:`pytensor.compile.jax_ofg.install`)
-adds the flag ``jax_ofg__trace_cache``. With it ``off``, nothing of the cache
-runs: no key, no watch (and none of its process-wide hooks), no entry.
+itself: :func:`install` is run by :func:`pytensor.compile.jax_ofg.install`.
+With the flag ``jax_ofg__trace_cache`` ``off``, nothing of the cache runs: no
+key, no watch (and none of its process-wide hooks), no entry.
 
 Notes
 -----
@@ -37,12 +37,11 @@ from pytensor.compile._jax_ofg.cache.environment import (
 from pytensor.compile._jax_ofg.cache.keys import Undescribable, trace_key
 from pytensor.compile._jax_ofg.cache.storage import DiskStorage, MemoryStorage
 from pytensor.compile._jax_ofg.cache.watch import paused, watching
-from pytensor.configparser import ConfigParam
+from pytensor.compile._jax_ofg.flags import TRACE_CACHE
 
 
 __all__ = [
     "StaleTraceError",
-    "add_config_flag",
     "cached",
     "clear_trace_cache",
     "install",
@@ -63,38 +62,11 @@ class StaleTraceError(AssertionError):
 
 
 # ------------------------------------------------------------------- the flag
-_MODES = {"on": "on", "true": "on", "1": "on", "off": "off", "false": "off", "0": "off"}
-
-
-def _mode_value(value: Any) -> str:
-    text = str(value).strip().lower()
-    if text == "verify":
-        return "verify"
-    if text in _MODES:
-        return _MODES[text]
-    raise ValueError(
-        f"jax_ofg__trace_cache must be 'on', 'off' or 'verify' (or True/False), "
-        f"got {value!r}."
-    )
-
-
-def add_config_flag() -> None:
-    """Add the PyTensor flag ``jax_ofg__trace_cache`` (default ``on``)."""
-    if not hasattr(config, "jax_ofg__trace_cache"):
-        config.add(
-            "jax_ofg__trace_cache",
-            "Keep traces of pytensor-jax-ofg's wrapped functions (exported "
-            "programs, output types) in memory and in compiledir/jax_ofg_traces, "
-            "reused instead of tracing again: 'on', 'off', or 'verify' (trace "
-            "anyway and check every hit).",
-            ConfigParam("on", apply=_mode_value),
-            in_c_key=False,
-        )
-
-
 def mode() -> str:
-    """Return ``"on"``, ``"off"`` or ``"verify"`` (the flag)."""
-    return _mode_value(getattr(config, "jax_ofg__trace_cache", "off"))
+    """Return ``"on"``, ``"off"`` or ``"verify"``: the flag ``jax_ofg__trace_cache``
+    (``"off"`` before the package is installed), read at import and at every
+    lookup."""
+    return TRACE_CACHE.value
 
 
 def trace_cache_dir() -> Path | None:
@@ -171,10 +143,9 @@ _started_on = False
 
 
 def install() -> None:
-    """Add the flag; with the cache on, take the installed distributions as the
-    process starts (part of every key). With it off, nothing of the cache runs."""
+    """With the cache on, take the installed distributions as the process starts
+    (part of every key). With it off, nothing of the cache runs."""
     global _started_on
-    add_config_flag()
     if mode() != "off":
         installed_distributions()
         _started_on = True

@@ -23,8 +23,7 @@ device. nutpie's chain threads are pinned at their first call
 (:mod:`~pytensor.compile._jax_ofg.samplers.nutpie`); the flag
 ``jax_ofg__pin_sampler_threads`` (default on) turns it off.
 
-Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
-flag (:func:`add_config_flag`).
+Registers nothing itself (the flag is declared in ``flags``).
 
 Examples
 --------
@@ -53,16 +52,14 @@ from collections.abc import Iterator, Sequence
 
 import jax
 
-from pytensor import config
 from pytensor.compile._jax_ofg import compat
-from pytensor.configparser import BoolParam
+from pytensor.compile._jax_ofg.flags import PIN_SAMPLER_THREADS
 
 
 __all__ = [
     "WIDE_FLOPS",
     "Runtime",
     "Share",
-    "add_config_flag",
     "pin_this_thread",
     "plan_sampler_threads",
     "runtime_on",
@@ -78,21 +75,6 @@ _log = logging.getLogger(__name__)
 #: thread's cores, where it has more than one: a 500 x 500 matrix product is
 #: 2.5e8; an ODE solve's step, a few thousand.
 WIDE_FLOPS = 1e7
-
-
-def add_config_flag() -> None:
-    """Add the PyTensor flag ``jax_ofg__pin_sampler_threads`` (default on)."""
-    if not hasattr(config, "jax_ofg__pin_sampler_threads"):
-        config.add(
-            "jax_ofg__pin_sampler_threads",
-            "Pin each of nutpie's chain threads to a core of its own and run its "
-            "programs on an XLA CPU runtime made there (synchronous, its thread "
-            "pools on that core), as a process pinned to one core runs them. Off: "
-            "chains call JAX's default CPU device from unpinned threads. Read at "
-            "each chain's first call.",
-            BoolParam(True),
-            in_c_key=False,
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,9 +212,7 @@ def pin_this_thread() -> Share | None:
 
 def _applies() -> bool:
     """Whether the flag allows pinning, and the platform can pin threads."""
-    return bool(getattr(config, "jax_ofg__pin_sampler_threads", False)) and hasattr(
-        os, "sched_setaffinity"
-    )
+    return bool(PIN_SAMPLER_THREADS.value) and hasattr(os, "sched_setaffinity")
 
 
 def thread_share() -> Share | None:

@@ -5,9 +5,8 @@ exported program; a miss traces, exports, stores and calls the export. It
 runs on the device the flag ``jax_ofg__host_device`` names (the CPU unless
 the user says otherwise: :func:`host_device`); on the CPU, a thread pinned to
 a core runs it on that core's runtime (:mod:`~pytensor.compile._jax_ofg.host.cores`).
-Registers nothing itself:
-:func:`pytensor.compile.jax_ofg.install` adds the flag
-(:func:`add_config_flag`). The how-to, "Run on an accelerator".
+Registers nothing itself (the flag is declared in ``flags``). The how-to,
+"Run on an accelerator".
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pytensor import config
 from pytensor.compile._jax_ofg.cache import api as trace_cache
+from pytensor.compile._jax_ofg.flags import HOST_DEVICE
 from pytensor.compile._jax_ofg.host import cores
 from pytensor.compile._jax_ofg.host.checks import (
     NotFlaggable,
@@ -32,32 +31,15 @@ from pytensor.compile._jax_ofg.host.checks import (
     raise_if_failed,
 )
 from pytensor.compile._jax_ofg.host.packing import DtypePacking
-from pytensor.configparser import StrParam
 
 
 __all__ = [
     "Program",
-    "add_config_flag",
     "host_device",
     "host_device_name",
     "runs_on_default_cpu",
     "static_value",
 ]
-
-
-def add_config_flag() -> None:
-    """Add the PyTensor flag ``jax_ofg__host_device`` (default ``"cpu"``)."""
-    if not hasattr(config, "jax_ofg__host_device"):
-        config.add(
-            "jax_ofg__host_device",
-            "The device that runs pytensor-jax-ofg's programs in host calls (every "
-            "linker but JAX's: NumPy arrays in and out per call): 'cpu' (JAX's "
-            "first CPU device), 'default' (JAX's default device, as under "
-            "mode='JAX'), or a platform and an optional index, e.g. 'gpu', "
-            "'cuda:1', 'cpu:1'. Read when a function is compiled.",
-            StrParam("cpu"),
-            in_c_key=False,
-        )
 
 
 def host_device() -> jax.Device | None:
@@ -66,7 +48,7 @@ def host_device() -> jax.Device | None:
     From the flag ``jax_ofg__host_device``, read when a program is made
     (when a function is compiled).
     """
-    value = str(getattr(config, "jax_ofg__host_device", "cpu")).strip().lower()
+    value = host_device_name()
     if value == "default":
         return None
     platform, _, index = value.partition(":")
@@ -104,7 +86,7 @@ def runs_on_default_cpu(device: jax.Device | None = ...) -> bool:
 
 def host_device_name() -> str:
     """Return the flag's value, as a key: programs differ by device."""
-    return str(getattr(config, "jax_ofg__host_device", "cpu")).strip().lower()
+    return HOST_DEVICE.value
 
 
 def static_value(x: Any) -> int | tuple[int, ...]:

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.flags import switch
+from pytensor.compile._jax_ofg.flags import PYMC_START_METHOD
 from pytensor.compile._jax_ofg.hooks.import_finder import after_import
 from pytensor.compile._jax_ofg.samplers.pymc import (
     SAFE_START_METHOD,
@@ -105,11 +105,6 @@ def patch_pymc_module(module: ModuleType) -> bool:
 def install() -> None:
     """Patch PyMC's sampling modules now, or when they are imported, unless
     switched off."""
-    if switch(
-        "jax_ofg__pymc_start_method",
-        "Make pm.sample and pm.sample_smc start worker processes with "
-        "forkserver (spawn where there is none), not fork, for models holding "
-        "JAX ops when no mp_ctx is given.",
-    ):
+    if PYMC_START_METHOD.value:
         for name in compat.PYMC_SAMPLING_MODULES:
             after_import(name, patch_pymc_module)
