@@ -122,7 +122,7 @@ import json, sys
 import numpy as np
 import pytensor, pytensor.tensor as pt
 from pytensor.compile.jax_ofg import as_jax_op, trace_cache_info
-from pytensor.compile._jax_ofg.cache import environment
+from pytensor.compile._jax_ofg.cache.api import STATE
 from pytensor.compile._jax_ofg.hooks import audit_hook, monitoring_tool
 
 @as_jax_op
@@ -137,7 +137,8 @@ print(json.dumps(dict(
     audit_hook=audit_hook._installed,
     tool=monitoring_tool._claimed,
     tools_in_use=[i for i in (3, 4) if sys.monitoring.get_tool(i) is not None],
-    distributions=environment._distributions_at_start.cache_info().currsize,
+    distributions=len(STATE.distributions),
+    started_on=STATE.started_on,
     lookups=info["hits"] + info["misses"] + info["uncached"],
 )))
 """
@@ -158,9 +159,11 @@ def test_the_watch_and_its_hooks_run_only_with_the_trace_cache(mode, tmp_path):
             "tool": None,
             "tools_in_use": [],
             "distributions": 0,
+            "started_on": False,
             "lookups": 0,
         }
     else:
         assert state["audit_hook"] and state["tool"] in (3, 4)
         assert state["tools_in_use"] == [state["tool"]]
         assert state["distributions"] >= 1 and state["lookups"] > 0
+        assert state["started_on"]
