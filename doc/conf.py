@@ -24,6 +24,8 @@ REPOSITORY = "https://github.com/pymc-devs/pytensor-jax-ofg"
 # ``__init__.py``, so it puts the checkout's folders first on the installed
 # PyTensor sub-packages' search paths); run it rather than repeat it.
 runpy.run_path(str(CHECKOUT / "conftest.py"))
+# This folder's extensions (``flags_directive``: the tables of flags).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 project = "pytensor-jax-ofg"
 author = "pytensor-jax-ofg developers"
@@ -41,6 +43,7 @@ extensions = [
     "matplotlib.sphinxext.plot_directive",
     "results_sphinx",
     "project_facts",
+    "flags_directive",
 ]
 
 html_theme = "pydata_sphinx_theme"

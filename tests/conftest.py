@@ -42,21 +42,18 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True, scope="session")
 def _trace_cache_verified(tmp_path_factory):
     import pytensor
-    from pytensor.compile import jax_ofg  # noqa: F401  (registers the flag below)
-    from pytensor.compile._jax_ofg.cache import traces as trace_cache
+    from pytensor.compile import jax_ofg  # noqa: F401  (declares the flag below)
+    from pytensor.compile._jax_ofg.cache import api as trace_cache
 
     folder = tmp_path_factory.mktemp("jax_ofg_traces")
     leases = _leases_of_this_worker(tmp_path_factory)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(
-            trace_cache,
-            "trace_cache_dir",
-            lambda: None if trace_cache.mode() == "off" else folder,
-        )
-        with pytensor.config.change_flags(
+    with (
+        trace_cache.trace_cache_dir_set_to(folder),
+        pytensor.config.change_flags(
             jax_ofg__trace_cache="verify", jax_ofg__cpu_leases=str(leases)
-        ):
-            yield
+        ),
+    ):
+        yield
     _trace_cache_counts.write()
 
 

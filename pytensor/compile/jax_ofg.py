@@ -20,7 +20,7 @@ except ImportError as _error:  # pragma: no cover - exercised in a subprocess te
         "which depends on it)."
     ) from _error
 
-from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg import compat, flags
 from pytensor.compile._jax_ofg.cache import api as trace_cache
 from pytensor.compile._jax_ofg.cache.api import clear_trace_cache, trace_cache_info
 from pytensor.compile._jax_ofg.cores import api as cores
@@ -30,7 +30,7 @@ from pytensor.compile._jax_ofg.errors import (
 )
 from pytensor.compile._jax_ofg.hooks import at_fork, callback_logs
 from pytensor.compile._jax_ofg.hooks.import_finder import after_import
-from pytensor.compile._jax_ofg.host import fork_guard, placement
+from pytensor.compile._jax_ofg.host import fork_guard
 from pytensor.compile._jax_ofg.host.fork_guard import ForkedAfterJaxError
 from pytensor.compile._jax_ofg.host.op import JaxHostOp
 from pytensor.compile._jax_ofg.host.readonly_outputs import ReadOnlyOutputs
@@ -122,6 +122,7 @@ def install() -> None:
             return
         _installed = True
 
+        flags.declare()  # first: everything below reads its flag
         jax.config.update("jax_enable_x64", True)
         linalg_lowering.install()
 
@@ -143,9 +144,6 @@ def install() -> None:
         nutpie_host_callbacks.install()
         nutpie_adaptation.install()
 
-        placement.add_config_flag()
-        cores.add_config_flag()
-        cores.add_leases_flag()
         xla_cache.install()
         xla_cache_writes.install()
         trace_cache.install()

@@ -8,6 +8,7 @@ it was doing, and the same process samples again. A writer killed mid-write
 leaves a temporary file, which the next write removes.
 """
 
+import contextlib
 import errno
 import functools
 import json
@@ -15,15 +16,16 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from _fresh_process import run_python
 
+import pytensor
 from pytensor.compile._jax_ofg import compat, files
-from pytensor.compile._jax_ofg.cache import storage
-from pytensor.compile._jax_ofg.cache import traces as trace_cache
+from pytensor.compile._jax_ofg.cache import api as trace_cache
 from pytensor.compile._jax_ofg.patches import xla_cache_writes as xla_cache_module
 
 
@@ -83,17 +85,29 @@ def files_in(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
+@contextlib.contextmanager
+def trace_cache_on(folder: Path) -> Iterator[None]:
+    """The trace cache on, its entries on disk in ``folder``."""
+    with (
+        pytensor.config.change_flags(jax_ofg__trace_cache="on"),
+        trace_cache.trace_cache_dir_set_to(folder),
+    ):
+        yield
+
+
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_trace_cache_write_that_fails_leaves_nothing_and_the_run_goes_on(
     fault, tmp_path, monkeypatch, caplog
 ):
     folder = tmp_path / "traces"
-    monkeypatch.setattr(trace_cache, "mode", lambda: "on")
-    monkeypatch.setattr(trace_cache, "trace_cache_dir", lambda: folder)
     kind = f"fault-test-{fault.replace(' ', '-')}"
     compute = functools.partial(np.full, 1000, 3.0)
 
-    with monkeypatch.context() as faulty, caplog.at_level(logging.DEBUG, LOGGER):
+    with (
+        trace_cache_on(folder),
+        monkeypatch.context() as faulty,
+        caplog.at_level(logging.DEBUG, LOGGER),
+    ):
         inject(fault, faulty)
         value = trace_cache.cached(kind, ("x",), compute, name="f")
     np.testing.assert_array_equal(value, np.full(1000, 3.0))
@@ -106,16 +120,17 @@ def test_a_trace_cache_write_that_fails_leaves_nothing_and_the_run_goes_on(
     assert os.strerror(getattr(errno, expected)) in reasons[0]
 
     # The next process (nothing in memory) computes it again and keeps it.
-    trace_cache._MEMORY.clear()
-    misses = trace_cache.trace_cache_info()["misses"]
-    assert trace_cache.cached(kind, ("x",), compute, name="f")[0] == 3.0
-    assert trace_cache.trace_cache_info()["misses"] == misses + 1
-    assert [Path(name).suffix for name in files_in(folder)] == [f".{kind}"]
-    trace_cache._MEMORY.clear()
-    never = functools.partial(pytest.fail, "served from disk, not computed")
-    np.testing.assert_array_equal(
-        trace_cache.cached(kind, ("x",), never, name="f"), np.full(1000, 3.0)
-    )
+    with trace_cache_on(folder):
+        trace_cache.reset()
+        misses = trace_cache.trace_cache_info()["misses"]
+        assert trace_cache.cached(kind, ("x",), compute, name="f")[0] == 3.0
+        assert trace_cache.trace_cache_info()["misses"] == misses + 1
+        assert [Path(name).suffix for name in files_in(folder)] == [f".{kind}"]
+        trace_cache.reset()
+        never = functools.partial(pytest.fail, "served from disk, not computed")
+        np.testing.assert_array_equal(
+            trace_cache.cached(kind, ("x",), never, name="f"), np.full(1000, 3.0)
+        )
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -142,19 +157,20 @@ def test_an_xla_cache_write_that_fails_leaves_nothing(
 
 @pytest.mark.parametrize("cache", ["traces", "xla"])
 def test_a_writer_killed_mid_write_leaves_a_file_the_next_write_removes(
-    cache, tmp_path, monkeypatch
+    cache, tmp_path, request
 ):
     """A process killed between writing its temporary file and renaming it
     leaves that file (no reader takes it for an entry); the next write to the
     folder removes it once no live writer can own it, and keeps a fresh one."""
     old = time.time() - 2 * files.ORPHAN_AGE
+    stack = contextlib.ExitStack()
+    request.addfinalizer(stack.close)
     if cache == "traces":
         folder = tmp_path / "traces"
-        monkeypatch.setattr(trace_cache, "mode", lambda: "on")
-        monkeypatch.setattr(trace_cache, "trace_cache_dir", lambda: folder)
-        prefix = storage.TEMPORARY_PREFIX
+        stack.enter_context(trace_cache_on(folder))
+        prefix = trace_cache.TEMPORARY_PREFIX
         trace_cache.cached("orphans", ("a",), functools.partial(np.ones, 3), name="f")
-        trace_cache._MEMORY.clear()
+        trace_cache.reset()
 
         def write():
             trace_cache.cached(

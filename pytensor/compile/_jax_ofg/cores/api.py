@@ -28,7 +28,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from pytensor import config
 from pytensor.compile._jax_ofg.cores.leases import (
     FOLDER,
     Lease,
@@ -42,7 +41,7 @@ from pytensor.compile._jax_ofg.cores.threads import (
     thread_pin,
 )
 from pytensor.compile._jax_ofg.cores.topology import Topology, read_topology
-from pytensor.configparser import BoolParam, StrParam
+from pytensor.compile._jax_ofg.flags import CPU_LEASES, PIN_SAMPLER_THREADS
 
 
 __all__ = [
@@ -51,8 +50,6 @@ __all__ = [
     "Runtime",
     "SamplerSession",
     "ThreadPin",
-    "add_config_flag",
-    "add_leases_flag",
     "default_cores",
     "forget_in_child",
     "lease_folder",
@@ -65,47 +62,16 @@ __all__ = [
 ]
 
 
-def add_config_flag() -> None:
-    """Add the PyTensor flag ``jax_ofg__pin_sampler_threads`` (default on)."""
-    if not hasattr(config, "jax_ofg__pin_sampler_threads"):
-        config.add(
-            "jax_ofg__pin_sampler_threads",
-            "Pin each of nutpie's chain threads to a CPU no other chain of this "
-            "package holds (machine-wide), and run its programs on an XLA CPU "
-            "runtime made there (synchronous, its thread pools on that CPU). Off, "
-            "or where no CPU is free: chains call JAX's CPU device from unpinned "
-            "threads. Read when a sampler starts.",
-            BoolParam(True),
-            in_c_key=False,
-        )
-
-
-def add_leases_flag() -> None:
-    """Add the PyTensor flag ``jax_ofg__cpu_leases`` (default: the system's)."""
-    if not hasattr(config, "jax_ofg__cpu_leases"):
-        config.add(
-            "jax_ofg__cpu_leases",
-            "The folder of the machine-wide leases on CPUs that keep two chains of "
-            "this package's processes off one CPU; empty: "
-            f"{FOLDER} (the system's temporary directory). Only processes that "
-            "share it agree. Read when a sampler starts.",
-            StrParam(""),
-            in_c_key=False,
-        )
-
-
 def lease_folder() -> Path:
     """Return the folder of the machine-wide CPU leases (the flag
     ``jax_ofg__cpu_leases``, read when a sampler starts)."""
-    return Path(getattr(config, "jax_ofg__cpu_leases", "") or FOLDER)
+    return Path(CPU_LEASES.value or FOLDER)
 
 
 def pinning_applies() -> bool:
     """Whether sampler threads are pinned: the flag
     ``jax_ofg__pin_sampler_threads`` (read when a sampler starts), on Linux."""
-    return bool(getattr(config, "jax_ofg__pin_sampler_threads", False)) and hasattr(
-        os, "sched_setaffinity"
-    )
+    return bool(PIN_SAMPLER_THREADS.value) and hasattr(os, "sched_setaffinity")
 
 
 def start_session(threads: int) -> SamplerSession | None:

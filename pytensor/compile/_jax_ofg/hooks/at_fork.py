@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from pytensor.compile._jax_ofg.flags import switch
+from pytensor.compile._jax_ofg.flags import FORK_GUARD
 
 
 __all__ = ["install"]
@@ -48,11 +48,7 @@ __all__ = ["install"]
 
 def install(before: Callable[[], None], after_in_child: Callable[[], None]) -> bool:
     """Register the handlers (Unix: elsewhere there is no fork); whether they are."""
-    if not hasattr(os, "register_at_fork") or not switch(
-        "jax_ofg__fork_guard",
-        "Make a process forked after JAX started raise ForkedAfterJaxError at "
-        "the first call of a wrapped function, instead of deadlocking in JAX.",
-    ):
+    if not hasattr(os, "register_at_fork") or not FORK_GUARD.value:
         return False
     os.register_at_fork(before=before, after_in_child=after_in_child)
     return True

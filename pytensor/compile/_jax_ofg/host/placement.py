@@ -3,8 +3,8 @@
 Host calls hand NumPy arrays in and out on every call, so their programs run
 on the CPU unless the user names another device with the flag
 ``jax_ofg__host_device`` (read when a function is compiled: :func:`host_device`).
-Registers nothing itself: :func:`pytensor.compile.jax_ofg.install` adds the
-flag (:func:`add_config_flag`). The how-to, "Run on an accelerator".
+Registers nothing (the flag is declared in ``flags``). The how-to, "Run on
+an accelerator".
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from typing import Any
 
 import jax
 
-from pytensor import config
-from pytensor.configparser import StrParam
+from pytensor.compile._jax_ofg.flags import HOST_DEVICE
 
 
 __all__ = [
-    "add_config_flag",
     "default_device",
     "host_device",
     "host_device_name",
@@ -28,24 +26,10 @@ __all__ = [
 ]
 
 
-def add_config_flag() -> None:
-    """Add the PyTensor flag ``jax_ofg__host_device`` (default ``"cpu"``)."""
-    if not hasattr(config, "jax_ofg__host_device"):
-        config.add(
-            "jax_ofg__host_device",
-            "The device that runs pytensor-jax-ofg's programs in host calls (every "
-            "linker but JAX's: NumPy arrays in and out per call): 'cpu' (JAX's "
-            "first CPU device), 'default' (JAX's default device, as under "
-            "mode='JAX'), or a platform and an optional index, e.g. 'gpu', "
-            "'cuda:1', 'cpu:1'. Read when a function is compiled.",
-            StrParam("cpu"),
-            in_c_key=False,
-        )
-
-
 def host_device_name() -> str:
-    """Return the flag's value, as a key: programs differ by device."""
-    return str(getattr(config, "jax_ofg__host_device", "cpu")).strip().lower()
+    """Return the flag's value (read when a function is compiled), as a key:
+    programs differ by device."""
+    return HOST_DEVICE.value
 
 
 def host_device(name: str | None = None) -> jax.Device | None:

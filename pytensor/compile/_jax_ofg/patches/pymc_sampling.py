@@ -79,7 +79,7 @@ from types import ModuleType
 
 from pytensor.compile._jax_ofg import compat
 from pytensor.compile._jax_ofg.cores import api as cores
-from pytensor.compile._jax_ofg.flags import switch
+from pytensor.compile._jax_ofg.flags import PYMC_DEFAULT_CORES, PYMC_START_METHOD
 from pytensor.compile._jax_ofg.hooks.import_finder import after_import
 from pytensor.compile._jax_ofg.samplers.pymc import (
     SAFE_START_METHOD,
@@ -135,7 +135,7 @@ def _counting_physical_cores(cpu_count: Callable[[], int]) -> Callable[[], int]:
 
     @functools.wraps(cpu_count)
     def physical_cpu_count() -> int:
-        if not _sampled_model_holds_jax_ops():
+        if not PYMC_DEFAULT_CORES.value or not _sampled_model_holds_jax_ops():
             return cpu_count()
         count = cores.default_cores()
         _log.debug("pm.sample's default cores: %d physical cores", count)
@@ -167,20 +167,12 @@ def patch_cpu_count(module: ModuleType) -> bool:
 
 
 def install() -> None:
-    """Patch PyMC's sampling modules now, or when they are imported, unless
-    switched off (each change has its own switch)."""
-    if switch(
-        "jax_ofg__pymc_start_method",
-        "Make pm.sample and pm.sample_smc start worker processes with "
-        "forkserver (spawn where there is none), not fork, for models holding "
-        "JAX ops when no mp_ctx is given.",
-    ):
+    """Patch PyMC's sampling modules now, or when they are imported.
+
+    The start method unless switched off (read now); the count always, the
+    flag ``jax_ofg__pymc_default_cores`` read when ``pm.sample`` asks for it.
+    """
+    if PYMC_START_METHOD.value:
         for name in compat.PYMC_SAMPLING_MODULES:
             after_import(name, patch_start_method)
-    if switch(
-        "jax_ofg__pymc_default_cores",
-        "Make pm.sample's default `cores` the physical cores this process may "
-        "use (capped by a CPU quota and the number of chains) for models "
-        "holding JAX ops, instead of PyMC's cpu_count() // 2.",
-    ):
-        after_import(compat.PYMC_SAMPLE_MODULE, patch_cpu_count)
+    after_import(compat.PYMC_SAMPLE_MODULE, patch_cpu_count)
