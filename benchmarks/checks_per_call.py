@@ -9,7 +9,7 @@ process, ``EQX_ON_ERROR=nan``:
 
 * ``sir``: value and gradient of a small diffrax solve (:mod:`_models`) in the
   default linker against ``jax.jit(jax.value_and_grad(loss))``; its op's
-  program alone; the flagged program with its flag read in Python;
+  program alone;
 * ``seir``: the main job's ``logp_dlogp`` against ``mode="JAX"``;
 * ``chain``: 32 chained wrapped ``tanh`` calls (one island, no checks);
 * for each, the trace cache's machinery: ``jax_ofg__trace_cache`` on against off.
@@ -34,19 +34,14 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
+import _checkout  # noqa: F401  (the checkout's modules)
+import _report
+import islands  # no persistent XLA cache
+import jax
+import jax.numpy as jnp
 import numpy as np
-
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import _report  # noqa: E402
-import islands  # noqa: E402 - the checkout's modules; no persistent XLA cache
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from _models import (  # noqa: E402
+from _models import (
     MODELS,
     SIR_DAYS,
     SIR_KNOTS,
@@ -58,16 +53,15 @@ from _models import (  # noqa: E402
     sir_solve,
     sir_solve_jax,
 )
-from _processes import run_python  # noqa: E402
-from _report import fill, format_ratio, format_seconds  # noqa: E402
-from _timing import Call, Stats, interleaved_medians  # noqa: E402
-from pymc.model.transform.optimization import freeze_dims_and_data  # noqa: E402
+from _processes import run_python
+from _report import fill, format_ratio, format_seconds
+from _timing import Call, Stats, interleaved_medians
+from pymc.model.transform.optimization import freeze_dims_and_data
 
-import pytensor  # noqa: E402
-import pytensor.tensor as pt  # noqa: E402
-from pytensor.compile._jax_ofg.host import op as host_op  # noqa: E402
-from pytensor.compile._jax_ofg.host.checks import flag_checks  # noqa: E402
-from pytensor.graph.basic import Constant  # noqa: E402
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile._jax_ofg.cache import api as trace_cache
+from pytensor.graph.basic import Constant
 
 
 CHECKS = os.environ.get("EQX_ON_ERROR", "raise")
@@ -97,13 +91,15 @@ def sir_function(trace_cache: str) -> Callable:
 
 @contextlib.contextmanager
 def cache_set(value: str) -> Iterator[None]:
-    """``jax_ofg__trace_cache`` set while functions compile, their programs unshared."""
-    host_op.PROGRAMS.clear()  # equal ops share programs
+    """``jax_ofg__trace_cache`` set while functions compile, their programs unshared:
+    the trace cache forgets what it holds in this process (equal ops share
+    programs) before and after."""
+    trace_cache.reset()
     try:
         with pytensor.config.change_flags(jax_ofg__trace_cache=value):
             yield
     finally:
-        host_op.PROGRAMS.clear()
+        trace_cache.reset()
 
 
 def on_host(function: Callable) -> Callable:
@@ -111,18 +107,6 @@ def on_host(function: Callable) -> Callable:
 
     def call(*args):
         return [np.asarray(x) for x in jax.tree_util.tree_leaves(function(*args))]
-
-    return call
-
-
-def flag_read_in_python(jitted: Callable) -> Callable:
-    """A flagged program's outputs as NumPy arrays, its flag read and checked."""
-
-    def call(*args):
-        outputs, failed = jitted(*args)
-        if np.asarray(failed):
-            raise RuntimeError("a check failed")
-        return [np.asarray(x) for x in outputs]
 
     return call
 
@@ -141,12 +125,6 @@ def sir_candidates() -> dict[str, Call]:
         "our op's program": Call(node.op.program, tuple(inputs)),
         "ours, cache off": Call(sir_function("off"), (knots, gamma)),
     }
-    if CHECKS == "raise":
-        jaxpr = jax.make_jaxpr(value_and_grad)(knots, gamma)
-        flagged = jax.jit(flag_checks(jaxpr))
-        candidates["flagged, flag read in Python"] = Call(
-            flag_read_in_python(flagged), (knots, gamma)
-        )
     want = candidates["jit"]()
     for name, call in candidates.items():
         if name != "our op's program":  # the op's, checked through "ours"
@@ -243,12 +221,6 @@ ROWS = [
     ("chain", "trace cache machinery: cache on vs off", "ours", "ours, cache off"),
     ("chain", 'default linker vs mode="JAX"', "ours", 'mode="JAX"'),
     ("sir", "our op's program alone vs jit", "our op's program", "jit"),
-    (
-        "sir",
-        "flagged program, flag read in Python, vs jit",
-        "flagged, flag read in Python",
-        "jit",
-    ),
 ]
 
 
@@ -285,12 +257,10 @@ def parse_args(argv=None):
     )
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--report", action="store_true", help="only the table")
-    parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     args.repeats = 11 if args.quick else 41
     args.batch_seconds = 0.1 if args.quick else 0.2
-    name = "checks_per_call" + "_quick" * args.quick + "_cpu" * args.cpu_time + ".md"
-    args.output = args.output or HERE / "results" / name
+    args.name = "checks_per_call" + "_quick" * args.quick + "_cpu" * args.cpu_time
     return args
 
 
@@ -301,7 +271,7 @@ def main(argv=None) -> None:
     if args.json:
         print(json.dumps(measure(args)))
         return
-    name = args.output.stem
+    name = args.name
     if not args.report:
         results = {"raise": measure(args)}
         results["nan"] = in_child([a for a in argv if a != "--json"], "nan")
@@ -311,7 +281,7 @@ def main(argv=None) -> None:
         meta = _report.meta(command, versions) | {"clock": clock}
         meta |= {"repeats": args.repeats, "batch_seconds": args.batch_seconds}
         _report.save(name, {"meta": meta, "results": results})
-    _report.write(name, report(_report.load(name)), args.output)
+    _report.write(name, report(_report.load(name)))
 
 
 if __name__ == "__main__":

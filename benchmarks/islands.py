@@ -31,8 +31,8 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
+import _checkout  # noqa: F401  (the checkout's modules; the examples')
 import numpy as np
 
 
@@ -40,23 +40,17 @@ import numpy as np
 # (benchmarks/cold_start.py measures the cache).
 os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
 
-ROOT = Path(__file__).resolve().parents[1]
-if (ROOT / "conftest.py").exists():  # inside the checkout: use its modules
-    sys.path.insert(0, str(ROOT))
-    import conftest  # noqa: F401
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _models
+import _report
+import nutpie
+import pymc as pm
+from _report import fill, format_ratio, format_seconds, package_versions
+from _timing import Call, interleaved_medians
+from pymc.model.transform.optimization import freeze_dims_and_data
 
-import _models  # noqa: E402
-import _report  # noqa: E402
-import nutpie  # noqa: E402
-import pymc as pm  # noqa: E402
-from _report import fill, format_ratio, format_seconds, package_versions  # noqa: E402
-from _timing import Call, interleaved_medians  # noqa: E402
-from pymc.model.transform.optimization import freeze_dims_and_data  # noqa: E402
-
-import pytensor  # noqa: E402
-import pytensor.compile.mode as pytensor_modes  # noqa: E402
-from pytensor.compile._jax_ofg.islands.op import JaxIsland  # noqa: E402
+import pytensor
+import pytensor.compile.mode as pytensor_modes
+from pytensor.compile._jax_ofg.islands.op import JaxIsland
 
 
 # -------------------------------------------------------------- compiling
@@ -347,7 +341,6 @@ def parse_args(argv=None):
     parser.add_argument(
         "--no-nutpie", action="store_true", help="per call only: no nutpie runs"
     )
-    parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--report", action="store_true", help="only the tables")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -406,7 +399,7 @@ def main(argv=None) -> None:
     name = "islands_quick" if args.quick else "islands"
     if not args.report:
         _report.save(name, measure(args))
-    _report.write(name, report(_report.load(name)), args.output)
+    _report.write(name, report(_report.load(name)))
 
 
 if __name__ == "__main__":
