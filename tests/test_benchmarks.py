@@ -13,13 +13,21 @@ import pytest
 from _scripts import BENCHMARKS, ROOT, imported_scripts
 
 
-#: Benchmarks whose stored runs the tables in ``benchmarks/results/`` were
-#: rendered from: script, how to render the stored runs.
+#: Every table stored in ``benchmarks/results/``: the script that renders it,
+#: and how it renders the table from the stored runs (its ``.json``, or
+#: ``stan_ode.jsonl``).
 RENDERED = {
-    "small_odes": lambda module: module.report(load("small_odes")),
-    "vs_stan": lambda module: module.report(load("vs_stan"), module.parse_args([])),
-    "default_route": lambda module: module.report(load("default_route")),
-    "stan_ode": lambda module: module.report(),
+    "cold_start": ("cold_start", lambda m: m.report(load("cold_start"))),
+    "cold_start_nutpie": ("cold_start", lambda m: m.report(load("cold_start_nutpie"))),
+    "default_route": ("default_route", lambda m: m.report(load("default_route"))),
+    "many_fits": ("many_fits", lambda m: m.report(load("many_fits"))),
+    "memory": ("memory", lambda m: m.report(load("memory"))),
+    "routes": ("routes", lambda m: m.report(load("routes"))),
+    "small_linalg": ("small_linalg", lambda m: m.report(load("small_linalg"))),
+    "small_odes": ("small_odes", lambda m: m.report(load("small_odes"))),
+    "speed": ("speed", lambda m: m.report(load("speed"))),
+    "stan_ode": ("stan_ode", lambda m: m.report()),
+    "vs_stan": ("vs_stan", lambda m: m.report(load("vs_stan"), m.parse_args([]))),
 }
 
 
@@ -39,9 +47,27 @@ def load(name: str):
 
 @pytest.mark.parametrize("name", sorted(RENDERED))
 def test_the_stored_tables_are_rendered_from_the_stored_runs(name):
-    with imported_scripts(BENCHMARKS / f"{name}.py") as (module,):
-        rendered = RENDERED[name](module)
+    script, render = RENDERED[name]
+    with imported_scripts(BENCHMARKS / f"{script}.py") as (module,):
+        rendered = render(module)
     assert rendered == (BENCHMARKS / "results" / f"{name}.md").read_text()
+
+
+def test_every_stored_table_has_its_runs_beside_it_and_is_rendered_above():
+    results = BENCHMARKS / "results"
+    tables = {path.stem for path in results.glob("*.md")}
+    assert tables == set(RENDERED)
+    for name in tables:
+        data = [results / f"{name}{suffix}" for suffix in (".json", ".jsonl")]
+        assert any(path.exists() for path in data), f"{name}.md has no data"
+
+
+def test_the_room_edits_no_import_path():
+    """Its modules come from where Python finds them (``benchmarks/_checkout.py``)."""
+    for path in BENCHMARKS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "path":
+                assert getattr(node.value, "id", None) != "sys", path.name
 
 
 def python_lines(folder: Path) -> int:
@@ -77,3 +103,18 @@ def test_every_report_text_is_a_benchmarks():
         script = BENCHMARKS / f"{text.stem}.py"
         assert script.exists(), text.name
         assert f'texts("{text.stem}")' in script.read_text(), text.name
+
+
+def test_the_room_uses_the_trace_cache_through_its_door():
+    """No benchmark imports a module of ``cache/`` but ``cache/api.py``."""
+    door = "pytensor.compile._jax_ofg.cache"
+    for path in BENCHMARKS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module.startswith(door):
+                names = [alias.name for alias in node.names]
+                assert (node.module, names) in ((door, ["api"]), (f"{door}.api", names))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert not alias.name.startswith(f"{door}.") or alias.name == (
+                        f"{door}.api"
+                    ), path.name
