@@ -7,8 +7,10 @@ Measured side by side, for the models of :mod:`_models` (``sir``,
 ``sir_nested``, ``boarding_school``, ``seir``): the per-call cost of
 ``logp_dlogp`` in each linker (every candidate first checked to give the same
 value and gradient), its compile time, and nutpie with and without islands;
-also the fixed cost of a graph that is one island. What each row is: the
-report's introduction, ``texts/islands.md``.
+also the fixed cost of a graph that is one island, and the default linker
+with the trace cache off. Run it with ``EQX_ON_ERROR=nan`` for equinox's
+checks as NaN instead of raising. What each row is: the report's
+introduction, ``texts/islands.md``.
 
 Run::
 
@@ -50,6 +52,7 @@ from pymc.model.transform.optimization import freeze_dims_and_data
 
 import pytensor
 import pytensor.compile.mode as pytensor_modes
+from pytensor.compile._jax_ofg.cache import api as trace_cache
 from pytensor.compile._jax_ofg.islands.op import JaxIsland
 
 
@@ -115,6 +118,21 @@ def compile_logp_dlogp(
 # --------------------------------------------------------------- measuring
 #: Label suffix of the candidates called with one array per value variable.
 UNRAVELED = ", unraveled"
+#: The default linker's candidate compiled with the trace cache off.
+CACHE_OFF = "default, islands, trace cache off"
+
+
+@contextlib.contextmanager
+def trace_cache_off() -> Iterator[None]:
+    """``jax_ofg__trace_cache=off`` while functions compile, their programs not
+    shared with the others': the trace cache forgets what this process holds
+    (equal ops share programs) before and after."""
+    trace_cache.reset()
+    try:
+        with pytensor.config.change_flags(jax_ofg__trace_cache="off"):
+            yield
+    finally:
+        trace_cache.reset()
 
 
 def raveled(model: pm.Model, point: dict[str, np.ndarray]) -> np.ndarray:
@@ -184,6 +202,10 @@ def per_call(models: dict[str, pm.Model], args) -> dict:
         label: compile_logp_dlogp(model, mode, *inputs[label], ravel_inputs=ravel)
         for label, (model, mode, ravel) in candidates.items()
     }
+    with trace_cache_off():  # what the trace cache's machinery costs per call
+        default = "default, islands"
+        compiled[CACHE_OFF] = compile_logp_dlogp(ours, None, *inputs[default])
+    candidates[CACHE_OFF], inputs[CACHE_OFF] = candidates[default], inputs[default]
     value, gradient = compiled['mode="JAX"'].function(*inputs['mode="JAX"'])
     reference = (value, by_name(frozen, point, gradient))
     for label, c in compiled.items():
