@@ -155,14 +155,18 @@ def chains_recorded(found: dict, nutpie: bool = True) -> Iterator[None]:
 
     if module is not None:
         module.sample = recorded
-    logging.getLogger("pymc").addHandler(log)
+    logger = logging.getLogger("pymc")
+    level = logger.level  # PyMC's own is INFO, unless logging was set up before
+    logger.setLevel(min(level or logging.INFO, logging.INFO))
+    logger.addHandler(log)
     try:
         with ThreadWatch([os.getpid()]) as watch:
             yield
     finally:
         if module is not None:
             module.sample = sample
-        logging.getLogger("pymc").removeHandler(log)
+        logger.removeHandler(log)
+        logger.setLevel(level)
     if log.jobs is not None:
         found["passed"] = f"PyMC: {log.jobs} job(s)"
     found["threads"] = watch.at_once()

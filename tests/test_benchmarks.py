@@ -6,6 +6,7 @@ their stored runs render as the tables beside them, and the room's size.
 
 import ast
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -118,3 +119,58 @@ def test_the_room_uses_the_trace_cache_through_its_door():
                     assert not alias.name.startswith(f"{door}.") or alias.name == (
                         f"{door}.api"
                     ), path.name
+
+
+@pytest.fixture
+def chains():
+    with imported_scripts(BENCHMARKS / "_chains.py") as (module,):
+        yield module
+
+
+def test_chain_threads_sampling_at_once_and_their_homes(chains):
+    thread = chains.ChainThread  # pid, tid, cores it may run on, last core, ticks
+    watch = chains.ThreadWatch([10, 11])
+    watch.reads = [
+        [thread(10, 1, (0,), 0, 5), thread(11, 2, (0,), 0, 5)],  # the first read
+        [thread(10, 1, (0,), 0, 9), thread(11, 2, (0,), 0, 7)],  # both on core 0
+        [thread(10, 1, (0, 1), 1, 12), thread(11, 2, (0, 1), 0, 7)],  # 11 waits
+        [thread(10, 1, (0, 1), 1, 13), thread(11, 2, (0, 1), 0, 9)],  # 1 each
+    ]
+    assert [[t.tid for t in r] for r in watch.sampling()] == [[1, 2], [1], [1, 2]]
+    assert watch.at_once() == 2
+    assert watch.crowding([0, 1]) == {
+        "reads": 3,
+        "crowded": 1,  # the second read: core 0 held both, core 1 none
+        "homes": {"0": [0, 1], "1": [0]},
+    }
+    assert chains.cpu_list("0-2,5\n") == (0, 1, 2, 5)
+
+
+def test_chains_at_once_read_from_pymcs_jobs(chains):
+    found = {}
+    with chains.chains_recorded(found, nutpie=False):
+        message = "Multiprocess sampling (4 chains in 2 jobs)"
+        logging.getLogger("pymc.sampling.mcmc").info(message)
+    assert found == {"passed": "PyMC: 2 job(s)", "threads": 0, "at once": 2}
+    runs = [{chains.KEY: found}, {chains.KEY: {"at once": 1}}, {"chains": 4}]
+    assert chains.at_once(runs) == "1, 2, not recorded"
+
+
+def test_pinning_reports_on_over_off_per_round():
+    def run(round_, n, pin, walls):
+        return {"round": round_, "n": n, "pin": pin, "walls": walls, "reads": 4}
+
+    processes = [
+        run(0, 2, True, [10.0, 12.0]) | {"crowded": 0},
+        run(0, 2, False, [20.0, 24.0]) | {"crowded": 3},
+        run(1, 2, False, [30.0, 30.0]) | {"crowded": 1},
+        run(1, 2, True, [15.0, 15.0]) | {"crowded": 0},
+    ]
+    for r in processes:
+        r["homes"] = {"0": [0], "1": [1]} if r["pin"] else {"0": [0, 1], "1": [0, 1]}
+    with imported_scripts(BENCHMARKS / "pinning.py") as (pinning,):
+        rows = pinning.processes_rows(processes)
+    assert rows == [
+        [2, "on", "13.0", "11.0, 15.0", "0.50, 0.50", "0.50", "0 of 8", "0/1; 0/1"],
+        [2, "off", "26.0", "22.0, 30.0", "", "", "4 of 8", "01/01; 01/01"],
+    ]
