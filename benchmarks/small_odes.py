@@ -889,7 +889,7 @@ def fit_row(name: str, route: str, found: list[dict], stan_runs: list[dict]) -> 
     ]
 
 
-def fit_sections(ok: dict, text: dict[str, str]) -> list[str]:
+def fit_sections(ok: dict, text: dict[str, str], lengths: dict) -> list[str]:
     """The whole-fit table, and each posterior against Stan's."""
     rows, agreement = [], []
     for name, route in itertools.product(MODELS, FIT_ROUTES):
@@ -899,7 +899,7 @@ def fit_sections(ok: dict, text: dict[str, str]) -> list[str]:
         rows.append(fit_row(name, route, found, stan_runs))
         if route != "stan" and stan_runs:
             agreement.append(against_stan(f"{name}, {route}", found, stan_runs))
-    sections = [fill(text["fit"], rows)] if rows else []
+    sections = [fill(text["fit"], rows, **lengths)] if rows else []
     lines = [fill(text["agreement"], **fields) for fields in agreement]
     return sections + (["\n".join(lines)] if lines else [])
 
@@ -944,6 +944,9 @@ def report(runs: dict) -> str:
     text = _report.texts("small_odes")
     runs = dict(runs)
     meta = runs.pop("meta", OLD_META)
+    spec = {"quick": meta.get("quick", False)}  # the steps of the runs' chains
+    lengths = {"length": steps(spec, CHAIN_LENGTH), "fit": steps(spec, FIT_LENGTH)}
+    lengths["breakdown"] = steps(spec, BREAKDOWN_LENGTH)
     ok = {k: [r for r in v if "error" not in r] for k, v in runs.items()}
     failed = [
         f"* {key} failed: `{r['error'][-300:]}`"
@@ -954,8 +957,8 @@ def report(runs: dict) -> str:
     sections = [fill(text["intro"], **meta), *(["\n".join(failed)] if failed else [])]
     for key, rows_of in TABLES.items():
         if rows := rows_of(ok):
-            sections.append(fill(text[key], rows, length=CHAIN_LENGTH))
-    return "\n\n".join(sections + fit_sections(ok, text)) + "\n"
+            sections.append(fill(text[key], rows, **lengths))
+    return "\n\n".join(sections + fit_sections(ok, text, lengths)) + "\n"
 
 
 def parse_args(argv=None):
@@ -1014,6 +1017,7 @@ def main(argv=None) -> None:
         command = " ".join(["python benchmarks/small_odes.py", *sys.argv[1:]])
         runs["meta"] = _report.meta(command, package_versions(VERSIONS))
         runs["meta"]["seeds"] = f"seed {settings.seed} in every round"
+        runs["meta"]["quick"] = settings.quick
         ran: set[str] = set()
         with tempfile.TemporaryDirectory(prefix="small_odes-") as folder:
             rounds = plan(settings)
