@@ -14,10 +14,12 @@ of its own.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -165,6 +167,7 @@ def startup_env() -> dict[str, str]:
     elsewhere); then the ``PYTHONPATH`` this process had.
     """
     folder = Path(tempfile.mkdtemp(prefix="benchmark-startup-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # its children first
     (folder / "sitecustomize.py").write_text(STARTUP)
     existing = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     here = str(Path(__file__).resolve().parent)
