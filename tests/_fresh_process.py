@@ -13,13 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Run at start-up by every Python process of a test run (see
 #: :func:`run_python`): the root conftest.py puts the checkout's folders first
-#: on PyTensor's package paths, the test helpers become importable, and the
-#: process's trace cache counts join the run's summary when it ends.
+#: on PyTensor's package paths, the test helpers (and, from the checkout's
+#: root as under pytest, ``examples._sir_models``) become importable, and
+#: the process's trace cache counts join the run's summary when it ends.
 SITECUSTOMIZE = f"""
 import atexit, importlib.util, sys
 _spec = importlib.util.spec_from_file_location("checkout", {str(ROOT / "conftest.py")!r})
 _spec.loader.exec_module(importlib.util.module_from_spec(_spec))
-sys.path += [{str(ROOT / "tests")!r}, {str(ROOT / "tests" / "compile")!r}]
+sys.path += [{str(ROOT)!r}, {str(ROOT / "tests")!r}, {str(ROOT / "tests" / "compile")!r}]
 atexit.register(lambda: __import__("_trace_cache_counts").write())
 """
 
