@@ -7,8 +7,8 @@
   ``wrap_jax`` user writes it); ``sir_pytensor``: the same epidemic in pure
   PyTensor (fixed-step RK4 in ``pytensor.scan``, linear interpolation).
 * ``sir_nested``: the same epidemic as a modeller nests it, the tests' model
-  (``tests/compile/_jax_ofg_models.py``, where the SIR solve and interpolation
-  are defined once for both): the 8 log-knots a PyTensor ``cumsum`` of PyMC
+  (``examples/_sir_models.py``, where the SIR solve and interpolation are defined
+  once for both): the 8 log-knots a PyTensor ``cumsum`` of PyMC
   increments, a closure over a cubic interpolation built by one wrapped
   function and called inside a second wrapped function's diffrax solve, left
   with equinox's default checks (``throw=True``; ``EQX_ON_ERROR`` unset:
@@ -19,10 +19,10 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
+import _checkout  # noqa: F401  (the checkout's modules; the examples')
+import _sir_models
 import jax.numpy as jnp
 import numpy as np
 import pymc as pm
@@ -32,27 +32,18 @@ import pytensor.tensor as pt
 from pytensor.compile.jax_ofg import as_jax_op
 
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
-# The models shared with the tests are defined there once (after the checkout's
-# root on the path: the tests' folder holds a conftest.py of its own).
-sys.path.append(str(ROOT / "tests" / "compile"))
-
-import _jax_ofg_models as tests_models  # noqa: E402
-
-
 SIR_KNOTS = np.linspace(0.0, 50.0, 8)
 SIR_DAYS = np.arange(51.0)
-SIR_Y0 = tests_models.SIR_Y0
+SIR_Y0 = _sir_models.SIR_Y0
 SIR_TRUE_KNOTS = np.array([0.45, 0.42, 0.35, 0.25, 0.2, 0.24, 0.3, 0.28])
 #: The tests' cubic interpolation of knot values: a closure, ``beta(t)``.
-sir_rate_jax = tests_models.interpolate_jax
+sir_rate_jax = _sir_models.interpolate_jax
 
 
 def sir_solve_jax(beta, y0, days, gamma, *, throw=False):
     """The tests' SIR trajectory; ``throw=False``: a failed solve (during warm-up)
     gives an infinite log-density, a rejection, where diffrax's default raises."""
-    return tests_models.solve_jax(beta, y0, days, gamma, throw=throw)
+    return _sir_models.solve_jax(beta, y0, days, gamma, throw=throw)
 
 
 @as_jax_op
@@ -74,7 +65,7 @@ def sir_trajectory_wrap_jax(knots, gamma):
 #: Daily cases simulated from ``SIR_TRUE_KNOTS``, gamma 0.12 and NB(alpha 20)
 #: noise (seed 3) with ``sir_trajectory_wrap_jax``; fixed here so that building
 #: a model runs no JAX.
-SIR_OBSERVED = tests_models.SIR_NESTED_OBSERVED
+SIR_OBSERVED = _sir_models.SIR_NESTED_OBSERVED
 
 
 def sir_model(trajectory_of: Callable, observed: np.ndarray) -> pm.Model:
@@ -137,16 +128,16 @@ def sir_pytensor(steps_per_day: int = 4) -> pm.Model:
 
 def sir_nested_trajectory_wrap_jax(log_knots, gamma):
     """``sir_nested`` as a ``pytensor.wrap_jax`` user writes it: one function."""
-    beta = tests_models.interpolated_rate_jax(SIR_KNOTS, log_knots)
-    return tests_models.solve_jax(beta, SIR_Y0, SIR_DAYS, gamma)
+    beta = _sir_models.interpolated_rate_jax(SIR_KNOTS, log_knots)
+    return _sir_models.solve_jax(beta, SIR_Y0, SIR_DAYS, gamma)
 
 
 def sir_nested() -> pm.Model:
-    return tests_models.sir_nested_model()
+    return _sir_models.sir_nested_model()
 
 
 def sir_nested_wrap_jax() -> pm.Model:
-    return tests_models.sir_nested_model(
+    return _sir_models.sir_nested_model(
         pytensor.wrap_jax(sir_nested_trajectory_wrap_jax)
     )
 

@@ -45,9 +45,9 @@ def save(name: str, data: Any, *, sort_keys: bool = False) -> Path:
     return path
 
 
-def write(name: str, text: str, output: Path | None = None) -> Path:
-    """Print the report and write it to ``output`` (default ``results/<name>.md``)."""
-    path = output or RESULTS / f"{name}.md"
+def write(name: str, text: str) -> Path:
+    """Print the report and write it to ``results/<name>.md``, beside its data."""
+    path = RESULTS / f"{name}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     print(text)
@@ -58,6 +58,12 @@ def write(name: str, text: str, output: Path | None = None) -> Path:
 def meta(command: str, versions: Mapping[str, str]) -> dict[str, str]:
     """What a report says of its run besides the measurements: command and machine."""
     return {"command": command, "machine": machine_header(versions)}
+
+
+def transcribed(meta: Mapping[str, Any]) -> str:
+    """The paragraph a report ends with when its figures were copied from an
+    earlier table, not stored by its run: ``meta["transcribed"]`` says which."""
+    return f"\n{meta['transcribed']}\n" if meta.get("transcribed") else ""
 
 
 # ---------------------------------------------------------------- rendering
@@ -106,6 +112,11 @@ def format_seconds(seconds: float, unit: str) -> str:
 def format_ratio(ratio: float) -> str:
     """A ratio with two decimals."""
     return f"{ratio:.2f}"
+
+
+def span(values: Sequence[float], form: str = "{:.2f}") -> str:
+    """The smallest and largest of ``values``, each written by ``form``: ``"1.2–3.4"``."""
+    return f"{form.format(min(values))}–{form.format(max(values))}"
 
 
 # ------------------------------------------------------------------ machine

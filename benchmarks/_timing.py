@@ -3,8 +3,7 @@
 * :func:`interleaved_medians` times several callables side by side: batches of
   calls, taken round-robin (in a rotating order) so that a burst of noise from
   another process hits every candidate alike; the median batch is reported.
-* :func:`time_once` times a single call (compilations, first calls);
-  :func:`best_ms` the best of a few runs of many calls.
+* :func:`time_once` times a single call (compilations, first calls).
 * :func:`calls_per_second` counts calls made from several threads at once;
   :func:`median` summarizes values that may hold NaN.
 
@@ -138,17 +137,6 @@ def median_of(fn: Callable[[], float], repeats: int) -> Stats:
     """Run a function returning seconds ``repeats`` times; summarize."""
     with gc_disabled():
         return summarize([fn() for _ in range(repeats)])
-
-
-def best_ms(fn: Callable[[], Any], calls: int = 200, runs: int = 5) -> float:
-    """Milliseconds per call: the best of ``runs`` runs of ``calls`` calls."""
-    best = float("inf")
-    for _ in range(runs):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best * 1e3
 
 
 def calls_per_second(calls: Sequence[Callable[[], Any]], seconds: float = 1.0) -> float:

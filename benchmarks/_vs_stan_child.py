@@ -26,21 +26,16 @@ STARTED_AT = time.time()  # the parent measures process start-up with it
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-
+import _checkout  # noqa: E402, F401  (the checkout's modules; the examples')
 import _stan  # noqa: E402  (imports neither this package nor PyTensor)
+from _chains import KEY, chains_recorded, stan_at_once  # noqa: E402
 from _report import load_averages  # noqa: E402
 
 
 PARAMETERS = ["beta", "gamma", "phi_inv", "R0", "recovery_time"]
 #: Routes whose model is this package's example (the others must not import it).
-OURS = ("ours_nutpie", "ours_pymc", "ours_numpyro")
+OURS = ("ours_nutpie", "ours_pymc", "ours_pymc_cores2", "ours_numpyro")
 ROUTES = (*OURS, "wrap_jax_nutpie", "pm_ode", "stan")
 
 
@@ -51,10 +46,6 @@ def since_start() -> float:
 def pymc_route(args: argparse.Namespace, phases: dict) -> dict:
     """Build the route's PyMC model and ``pm.sample`` it; return the posterior arrays."""
     if args.route in OURS:
-        if (ROOT / "conftest.py").exists():
-            sys.path.insert(0, str(ROOT))
-            import conftest  # noqa: F401  (the checkout's modules, not a stale copy)
-        sys.path.insert(0, str(ROOT / "examples"))
         # As the example sets it when run as a script (its programs are then
         # exportable: a later process traces nothing).
         os.environ.setdefault("EQX_ON_ERROR", "nan")
@@ -77,14 +68,19 @@ def pymc_route(args: argparse.Namespace, phases: dict) -> dict:
             model = models.build_model(models.pm_ode_solver())
     phases["build"] = since_start() - phases["imports"]
 
-    options: dict = {}
-    if args.route == "ours_pymc":
-        options = {"nuts_sampler": "pymc", "cores": 2}
-    elif args.route == "ours_numpyro":
-        options = {"nuts_sampler": "numpyro", "nuts": {"chain_method": "sequential"}}
-    # the nutpie routes and pm_ode: pm.sample() as it is (nutpie when installed)
+    # As examples/boarding_school_sir.py calls pm.sample for its --sampler; the
+    # nutpie routes and pm_ode: pm.sample() as it is (nutpie when installed).
+    options = {
+        "ours_pymc": {"nuts_sampler": "pymc"},
+        "ours_pymc_cores2": {"nuts_sampler": "pymc", "cores": 2},
+        "ours_numpyro": {
+            "nuts_sampler": "numpyro",
+            "nuts": {"chain_method": "sequential"},
+        },
+    }.get(args.route, {})
+    chains: dict = {}
     before = since_start()
-    with model:
+    with chains_recorded(chains, nutpie="nuts_sampler" not in options), model:
         idata = pm.sample(
             draws=args.draws,
             tune=args.tune,
@@ -98,7 +94,10 @@ def pymc_route(args: argparse.Namespace, phases: dict) -> dict:
     phases["sampling"] = sampling
     phases["compile"] = phases["fit"] - before - sampling
     posterior = idata["posterior"]
+    if args.route == "ours_numpyro":  # one program, its chains one after the other
+        chains |= {"passed": "numpyro: chain_method='sequential'", "at once": 1}
     return {
+        KEY: chains,
         "library": posterior.attrs.get("inference_library", "?"),
         "draws": {name: posterior[name].values for name in PARAMETERS},
         "diverging": idata["sample_stats"]["diverging"].values,
@@ -120,7 +119,12 @@ def stan_route(args: argparse.Namespace, phases: dict) -> dict:
     )
     phases["sampling"] = since_start() - before
     phases["fit"] = since_start()
-    return {"library": _stan.library(), "draws": fit.draws, "diverging": fit.diverging}
+    return {
+        KEY: stan_at_once(args.chains),
+        "library": _stan.library(),
+        "draws": fit.draws,
+        "diverging": fit.diverging,
+    }
 
 
 def summarize(result: dict) -> dict:

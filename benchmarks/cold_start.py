@@ -10,7 +10,7 @@ sampler worker pays), in sections (``--only``):
 * ``first_value``: the first ``logp_dlogp`` value of each model by phase
   (imports, build, rewrites, link, first call) with ``as_jax_op``,
   ``mode="JAX"``, ``pytensor.wrap_jax`` and pure PyTensor; where a first
-  process's build and compile go (cProfile); a short ``pm.sample(cores=2)``;
+  process's build and compile go (cProfile);
 * ``scaling``: compile time against the number of wrapped calls (32 to 128),
   default linker against ``mode="JAX"``, cold caches.
 
@@ -34,26 +34,18 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-
-import _report  # noqa: E402
-from _processes import IN_CHECKOUT, run_python  # noqa: E402
-from _report import fill, format_ratio, package_versions  # noqa: E402
+import _report
+from _processes import run_python
+from _report import fill, format_ratio, package_versions
 
 
-#: The first lines of every script below: ``start`` is its first line's time,
-#: and it imports the checkout's modules (the benchmarks', the examples').
-PREAMBLE = f"""
+#: The first lines of every script below: ``start`` is its first line's time
+#: (it starts as every benchmark's process does: the checkout's modules, the
+#: benchmarks' and the examples', :func:`_processes.startup_env`).
+PREAMBLE = """
 import json
 import time
 start = time.perf_counter()
-import sys
-sys.path[:0] = [{str(ROOT)!r}, {str(HERE)!r}, {str(ROOT / "examples")!r}]
-if {IN_CHECKOUT!r}:
-    import conftest  # the checkout's modules
 """
 
 
@@ -84,19 +76,6 @@ print(json.dumps(dict(
     rewrite=profile.rewriting_time, link=compiled - built - profile.rewriting_time,
     first_call=called - compiled, total=called - start, value=float(value),
 )))
-"""
-
-SAMPLE = """
-import pymc as pm
-import _models as models
-
-if __name__ == "__main__":
-    model = models.MODELS["sir"]()
-    with model:
-        pm.sample(draws=50, tune=50, chains=2, cores=2, nuts_sampler="pymc",
-                  mp_ctx="forkserver", progressbar=False, random_seed=1,
-                  compute_convergence_checks=False)
-    print(json.dumps(dict(total=time.perf_counter() - start)))
 """
 
 #: Where a fresh process's build and compile time goes, by cProfile.
@@ -350,10 +329,6 @@ def measure(args: argparse.Namespace, wanted: set[str], command: str) -> dict:
             breakdown = fill_script(BREAKDOWN, model="sir")
             cache, script = folder / "cache-breakdown", folder / "b.py"
             data["breakdown"] = run_child(breakdown, cache, script)
-        if "first_value" in wanted and not args.no_sampling:
-            cache, script = folder / "cache-sample", folder / "sample.py"
-            sample = [run_child(fill_script(SAMPLE), cache, script) for _ in range(2)]
-            data["sampling"] = [run["total"] for run in sample]
     return data
 
 
@@ -384,16 +359,12 @@ def report(data: dict) -> str:
             (phase, f"{seconds:.2f}") for phase, seconds in data["breakdown"].items()
         ]
         sections.append(fill(text["breakdown"], rows))
-    if "sampling" in data:
-        first, second = data["sampling"]
-        sections.append(fill(text["sampling"], first=first, second=second))
-    return "\n\n".join(sections) + "\n"
+    return "\n\n".join(sections) + "\n" + _report.transcribed(meta)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the SIR models only")
-    parser.add_argument("--no-sampling", action="store_true")
     parser.add_argument("--no-nutpie", action="store_true")
     parser.add_argument(
         "--only",
@@ -407,7 +378,6 @@ def main(argv=None) -> None:
         default=3,
         help="second processes per model in the nutpie section (medians)",
     )
-    parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--report", action="store_true", help="only the tables")
     args = parser.parse_args(argv)
     name = f"cold_start_{args.only}" if args.only else "cold_start"
@@ -417,7 +387,7 @@ def main(argv=None) -> None:
             wanted.discard("nutpie")
         command = " ".join(["python benchmarks/cold_start.py", *(argv or sys.argv[1:])])
         _report.save(name, measure(args, wanted, command))
-    _report.write(name, report(_report.load(name)), args.output)
+    _report.write(name, report(_report.load(name)))
 
 
 if __name__ == "__main__":

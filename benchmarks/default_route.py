@@ -23,19 +23,15 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
+
+import _checkout  # noqa: F401  (the checkout's modules; the examples')
+import _report
+import numpy as np
+from _report import fill, package_versions
+from _timing import median
 
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE.parent / "examples"), str(HERE)]
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # as the examples
-
-import _report  # noqa: E402
-import numpy as np  # noqa: E402
-from _report import fill, package_versions  # noqa: E402
-from _timing import median  # noqa: E402
-
-import conftest  # noqa: E402, F401  (the checkout's modules)
 
 
 #: pm.sample()'s extra arguments per setting: ``draw_diag`` is ``pm.sample()``
@@ -151,7 +147,6 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--length", type=int, default=1000)
-    parser.add_argument("--output", type=Path, default=None, help="the markdown file")
     parser.add_argument("--report", action="store_true", help="only the table")
     args = parser.parse_args()
     data = _report.load("default_route", {"fits": []})
@@ -169,7 +164,7 @@ def main() -> None:
             versions = {"JAX": "jax", "PyMC": "pymc"}
             data["meta"] = _report.meta(command.strip(), package_versions(versions))
             _report.save("default_route", data)
-    _report.write("default_route", report(data), args.output)
+    _report.write("default_route", report(data))
 
 
 if __name__ == "__main__":

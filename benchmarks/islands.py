@@ -7,8 +7,10 @@ Measured side by side, for the models of :mod:`_models` (``sir``,
 ``sir_nested``, ``boarding_school``, ``seir``): the per-call cost of
 ``logp_dlogp`` in each linker (every candidate first checked to give the same
 value and gradient), its compile time, and nutpie with and without islands;
-also the fixed cost of a graph that is one island. What each row is: the
-report's introduction, ``texts/islands.md``.
+also the fixed cost of a graph that is one island, and the default linker
+with the trace cache off. Run it with ``EQX_ON_ERROR=nan`` for equinox's
+checks as NaN instead of raising. What each row is: the report's
+introduction, ``texts/islands.md``.
 
 Run::
 
@@ -31,8 +33,8 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
+import _checkout  # noqa: F401  (the checkout's modules; the examples')
 import numpy as np
 
 
@@ -40,23 +42,18 @@ import numpy as np
 # (benchmarks/cold_start.py measures the cache).
 os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
 
-ROOT = Path(__file__).resolve().parents[1]
-if (ROOT / "conftest.py").exists():  # inside the checkout: use its modules
-    sys.path.insert(0, str(ROOT))
-    import conftest  # noqa: F401
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _models
+import _report
+import nutpie
+import pymc as pm
+from _report import fill, format_ratio, format_seconds, package_versions
+from _timing import Call, interleaved_medians
+from pymc.model.transform.optimization import freeze_dims_and_data
 
-import _models  # noqa: E402
-import _report  # noqa: E402
-import nutpie  # noqa: E402
-import pymc as pm  # noqa: E402
-from _report import fill, format_ratio, format_seconds, package_versions  # noqa: E402
-from _timing import Call, interleaved_medians  # noqa: E402
-from pymc.model.transform.optimization import freeze_dims_and_data  # noqa: E402
-
-import pytensor  # noqa: E402
-import pytensor.compile.mode as pytensor_modes  # noqa: E402
-from pytensor.compile._jax_ofg.islands.op import JaxIsland  # noqa: E402
+import pytensor
+import pytensor.compile.mode as pytensor_modes
+from pytensor.compile._jax_ofg.cache import api as trace_cache
+from pytensor.compile._jax_ofg.islands.op import JaxIsland
 
 
 # -------------------------------------------------------------- compiling
@@ -121,6 +118,21 @@ def compile_logp_dlogp(
 # --------------------------------------------------------------- measuring
 #: Label suffix of the candidates called with one array per value variable.
 UNRAVELED = ", unraveled"
+#: The default linker's candidate compiled with the trace cache off.
+CACHE_OFF = "default, islands, trace cache off"
+
+
+@contextlib.contextmanager
+def trace_cache_off() -> Iterator[None]:
+    """``jax_ofg__trace_cache=off`` while functions compile, their programs not
+    shared with the others': the trace cache forgets what this process holds
+    (equal ops share programs) before and after."""
+    trace_cache.reset()
+    try:
+        with pytensor.config.change_flags(jax_ofg__trace_cache="off"):
+            yield
+    finally:
+        trace_cache.reset()
 
 
 def raveled(model: pm.Model, point: dict[str, np.ndarray]) -> np.ndarray:
@@ -190,6 +202,10 @@ def per_call(models: dict[str, pm.Model], args) -> dict:
         label: compile_logp_dlogp(model, mode, *inputs[label], ravel_inputs=ravel)
         for label, (model, mode, ravel) in candidates.items()
     }
+    with trace_cache_off():  # what the trace cache's machinery costs per call
+        default = "default, islands"
+        compiled[CACHE_OFF] = compile_logp_dlogp(ours, None, *inputs[default])
+    candidates[CACHE_OFF], inputs[CACHE_OFF] = candidates[default], inputs[default]
     value, gradient = compiled['mode="JAX"'].function(*inputs['mode="JAX"'])
     reference = (value, by_name(frozen, point, gradient))
     for label, c in compiled.items():
@@ -347,7 +363,6 @@ def parse_args(argv=None):
     parser.add_argument(
         "--no-nutpie", action="store_true", help="per call only: no nutpie runs"
     )
-    parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--report", action="store_true", help="only the tables")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -406,7 +421,7 @@ def main(argv=None) -> None:
     name = "islands_quick" if args.quick else "islands"
     if not args.report:
         _report.save(name, measure(args))
-    _report.write(name, report(_report.load(name)), args.output)
+    _report.write(name, report(_report.load(name)))
 
 
 if __name__ == "__main__":

@@ -28,18 +28,12 @@ from pathlib import Path
 
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # as the example: NaN, not a raise
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
-sys.path[:0] = [str(EXAMPLES), str(Path(__file__).resolve().parent)]
-
-from _processes import IN_CHECKOUT, checkout_startup, run_python  # noqa: E402
+from _checkout import EXAMPLES
+from _processes import run_python, startup_env
 
 
-if IN_CHECKOUT:  # inside the checkout: this process and its workers use its modules
-    _startup = Path(tempfile.mkdtemp(prefix="many_fits_startup-"))
-    os.environ.update(checkout_startup(_startup))
-    sys.path.insert(0, str(ROOT))
-    import conftest  # noqa: F401
+# Dask's workers start as this process did (the checkout's modules, the examples').
+os.environ.update(startup_env())
 
 #: The caches of this run, in a .pytensorrc file its processes read (set
 #: before PyTensor is imported, here and in every process started later;
@@ -61,8 +55,7 @@ from sbc_boarding_school import fit_dataset, run_fits, simulate  # noqa: E402
 
 
 SINGLE_FIT = """
-import json, sys
-sys.path.insert(0, {examples!r})
+import json
 import numpy as np
 from sbc_boarding_school import fit_dataset
 task = dict(np.load({task!r}, allow_pickle=True).item())
@@ -99,9 +92,7 @@ def single_process(task: dict) -> tuple[float, dict]:
         task_file = Path(folder) / "task.npy"
         np.save(task_file, np.array(task, dtype=object), allow_pickle=True)
         script = Path(folder) / "single.py"
-        script.write_text(
-            SINGLE_FIT.format(examples=str(EXAMPLES), task=str(task_file))
-        )
+        script.write_text(SINGLE_FIT.format(task=str(task_file)))
         done = run_python([script], timeout=900)
     return done.seconds, done.result
 
@@ -182,6 +173,7 @@ def report(data: dict) -> str:
             traces="; ".join(data["traces"]),
         )
         + "\n"
+        + _report.transcribed(data["meta"])
     )
 
 
@@ -191,7 +183,6 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=100)
     parser.add_argument("--tune", type=int, default=100)
     parser.add_argument("--chains", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--report", action="store_true", help="only the tables")
     args = parser.parse_args()
     if not args.report:
@@ -199,7 +190,7 @@ def main() -> None:
             f" {a}" for a in sys.argv[1:]
         )
         _report.save("many_fits", measure(args, command))
-    _report.write("many_fits", report(_report.load("many_fits")), args.output)
+    _report.write("many_fits", report(_report.load("many_fits")))
 
 
 if __name__ == "__main__":

@@ -23,20 +23,17 @@ import sys
 import time
 from pathlib import Path
 
+import _checkout  # noqa: F401  (the checkout's modules)
+import _report
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _processes import run_python
+from _report import fill
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-import _report  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from _processes import run_python  # noqa: E402
-from _report import fill  # noqa: E402
-
-import conftest  # noqa: E402, F401 - puts this checkout's modules first
-import pytensor  # noqa: E402
-import pytensor.tensor as pt  # noqa: E402
-from pytensor.compile.jax_ofg import as_jax_op  # noqa: E402
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.jax_ofg import as_jax_op
 
 
 def resident_mib() -> float:
@@ -127,7 +124,8 @@ def report(data: dict) -> str:
         ]
         for (i, mib), (_, pt_mib) in zip(ours, theirs)
     ]
-    return fill(_report.texts("memory")["report"], rows, **data["meta"]) + "\n"
+    text = fill(_report.texts("memory")["report"], rows, **data["meta"]) + "\n"
+    return text + _report.transcribed(data["meta"])
 
 
 if __name__ == "__main__":

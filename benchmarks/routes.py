@@ -35,13 +35,12 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
 import _report  # noqa: E402
 from _processes import run_python  # noqa: E402
 from _timing import median  # noqa: E402
+
+
+HERE = Path(__file__).resolve().parent
 
 
 ROUTES = ("import", "startup", "call", "large", "pymc", "numpyro", "smc")
@@ -156,6 +155,7 @@ def run(checkout: Path, route: str, folder: Path) -> float:
         f"spec = importlib.util.spec_from_file_location('c', {str(checkout / 'conftest.py')!r})\n"
         "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
     )
+    # Not this checkout's start-up (run_python's): the other checkout's modules.
     env = {"PYTHONPATH": os.pathsep.join([str(startup), str(HERE)])}
     done = run_python([__file__, "--child", route], env=env, timeout=1800)
     return done.result["seconds"]

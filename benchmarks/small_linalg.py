@@ -26,24 +26,19 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
+import _checkout  # noqa: F401  (the checkout's modules)
+import _report
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _report import fill
+from _timing import Call, calls_per_second, interleaved_medians, median
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
-
-import _report  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from _report import fill  # noqa: E402
-from _timing import Call, calls_per_second, interleaved_medians, median  # noqa: E402
-
-import conftest  # noqa: E402, F401  (the checkout's modules)
-import pytensor  # noqa: E402
-from pytensor.compile._jax_ofg import small_linalg  # noqa: E402
-from pytensor.compile._jax_ofg.patches import linalg_lowering  # noqa: E402
-from pytensor.compile.jax_ofg import as_jax_op  # noqa: E402
+import pytensor
+from pytensor.compile._jax_ofg import small_linalg
+from pytensor.compile._jax_ofg.patches import linalg_lowering
+from pytensor.compile.jax_ofg import as_jax_op
 
 
 SIZES = (2, 3, 4, 6, 8, 10, 12, 16, 24)
@@ -240,7 +235,8 @@ def report(data: dict) -> str:
         one, two, ratio = data["threads"]
         row = ["PK log-density + gradient, default linker", f"{one:.0f}", f"{two:.0f}"]
         sections.append(fill(text["threads"], [[*row, f"{ratio:.2f}"]], **meta))
-    return "\n\n".join(sections) + "\n"
+        sections += [meta["threads_note"]] if "threads_note" in meta else []
+    return "\n\n".join(sections) + "\n" + _report.transcribed(meta)
 
 
 def main() -> None:
@@ -249,7 +245,6 @@ def main() -> None:
     parser.add_argument(
         "--skip", default="", help="comma-separated: sizes,time,op,threads"
     )
-    parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--report", action="store_true", help="only the tables")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -268,7 +263,7 @@ def main() -> None:
             if part not in skip:
                 data[part] = measure(args.repeats)
         _report.save("small_linalg", data)
-    _report.write("small_linalg", report(_report.load("small_linalg")), args.output)
+    _report.write("small_linalg", report(_report.load("small_linalg")))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Small ODE models against Stan: start-up, per call, chains on two cores, whole fits.
 
-Two of posteriordb's kind of small ODE posteriors:
+Two of posteriordb's kind of small ODE posteriors, and Stan's SIR case study:
 
 * ``lv``: the predator-prey model of ``examples/stan_ode.py`` (the case study's
   ``integrate_ode_rk45`` at 1e-5, 1e-3, 500 steps; 8 parameters), nutpie
@@ -9,7 +9,9 @@ Two of posteriordb's kind of small ODE posteriors:
 * ``pk``: the stiff PK model of :mod:`_pk_model` (``diffrax.Kvaerno5()`` as a
   user writes it, its 2 x 2 Newton systems solved by lineax's LU, which this
   package lowers without LAPACK; forward-mode gradients, as
-  ``benchmarks/forward_mode.py``'s ``ours_forward``; 5 parameters).
+  ``benchmarks/forward_mode.py``'s ``ours_forward``; 5 parameters);
+* ``sir``: ``examples/boarding_school_sir.py`` (start-up only: its fits are
+  ``vs_stan.py``'s).
 
 Every measurement runs in a fresh process (``--child``), sharing one set of
 caches per model and route that a first, untimed process fills; rounds are
@@ -17,7 +19,8 @@ interleaved, the tables give medians over rounds (what each measures: its
 paragraph in ``texts/small_odes.md``). The kinds (``--skip``):
 
 * ``startup``: a second process to the first log-density call, with the host
-  callbacks this package gives nutpie (``ours``) and nutpie's ``numba.cfunc``;
+  callbacks this package gives nutpie (``ours``) and nutpie's ``numba.cfunc``:
+  among them a warm process's build and compile before its first gradient;
 * ``per_call``: value and gradient through the C function nutpie calls (from
   compiled code without the GIL), against ``jax.jit(jax.value_and_grad(...))``
   of PyMC's jaxified log-density;
@@ -28,15 +31,19 @@ paragraph in ``texts/small_odes.md``). The kinds (``--skip``):
 * ``chains``: 2 chains of 1000 + 1000, ``cores=1`` against ``cores=2``, on
   threads (``nutpie.sample``) and in pinned worker processes
   (:func:`~pytensor.compile._jax_ofg.samplers.chain_processes.run_chain_processes`);
-* ``threads``: pure JAX, 2 x 2 solves (LAPACK) and products from 1 and 2 threads;
-* ``fit``: 4 chains of 1000 + 1000, ours (threads and processes) against Stan
-  (PyStan 3, its cached build), each posterior mean against Stan's.
+* ``fit``: 4 chains of 1000 + 1000 against Stan (PyStan 3, its cached build):
+  ``pm.sample()`` with the arguments the guide gives the model (and no
+  ``cores``), and, as extra rows, ``nutpie.sample(cores=2)`` and chains in
+  processes; each posterior mean against Stan's. Every fit records how many
+  chains ran at once (:mod:`_chains`).
+
+Every round runs with the same seed: rounds differ only by the machine.
 
 Run (with the machine to itself; PyStan 3 from the ``stan`` extra)::
 
     .venv/bin/python benchmarks/small_odes.py                # ~60 minutes
-    .venv/bin/python benchmarks/small_odes.py --rounds 1 --skip fit
-    .venv/bin/python benchmarks/small_odes.py --models pk --skip startup,per_call,fit
+    .venv/bin/python benchmarks/small_odes.py --rounds 5 --skip startup,per_call,breakdown,chains
+    .venv/bin/python benchmarks/small_odes.py --rounds 1 --skip fit --quick
 
 Writes ``benchmarks/results/small_odes.md`` (and the runs, ``.json``: a run of
 some kinds or models replaces their stored runs and keeps the others;
@@ -61,27 +68,35 @@ import threading  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(HERE)]  # stan_ode: the example
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # exportable programs, as the examples
 
+import _chains  # noqa: E402
+import _checkout  # noqa: E402, F401  (the checkout's modules; stan_ode: the example)
 import _report  # noqa: E402
 import _stan  # noqa: E402
-from _processes import (  # noqa: E402
-    IN_CHECKOUT,
-    ChildFailed,
-    cache_env,
-    checkout_startup,
-    run_python,
-)
-from _report import fill  # noqa: E402
+from _processes import ChildFailed, cache_env, run_python  # noqa: E402
+from _report import fill, package_versions  # noqa: E402
 from _timing import median  # noqa: E402
 
 
-MODELS = ("lv", "pk")
+MODELS = ("lv", "pk", "sir")
+#: The libraries whose versions a run stores.
+VERSIONS = ("pymc", "pytensor", "jax", "diffrax", "nutpie", "pystan")
+#: Models measured only in the ``startup`` kind.
+STARTUP_ONLY = frozenset({"sir"})
+#: The module each model comes from (its import is timed with the imports).
+MODULES = {"lv": "stan_ode", "pk": "_pk_model", "sir": "boarding_school_sir"}
 #: Warm-up and draws of each chain in the ``chains`` measurement.
 CHAIN_LENGTH = 1000
+#: Warm-up and draws of each chain in the ``fit`` measurement.
+FIT_LENGTH = 1000
+
+
+def steps(spec: dict, full: int) -> int:
+    """A measurement's warm-up steps (and draws): a tenth with ``--quick``."""
+    return full // 10 if spec.get("quick") else full
+
+
 #: Routes whose processes compile what one process of ``ours`` does: they
 #: share its caches (pinned calls and chains in processes).
 WARMED_AS_OURS = frozenset({"ours", "processes"})
@@ -100,6 +115,10 @@ def pymc_model(name: str):
         import stan_ode
 
         return stan_ode.build_model(), stan_ode.PRIOR_LOCATIONS
+    if name == "sir":
+        import boarding_school_sir
+
+        return boarding_school_sir.build_model(), None
     import _pk_model as pk
 
     from pytensor.compile.jax_ofg import as_jax_op
@@ -148,7 +167,7 @@ def compile_ours(name: str, route: str, phases: dict, owners=None):
 
     import pytensor.compile.jax_ofg  # noqa: F401
 
-    __import__("stan_ode" if name.startswith("lv") else "_pk_model")
+    __import__(MODULES[name])
     phases["imports"] = since_start()
     if route == "cfunc":  # nutpie's own numba.cfunc
         compiler = nutpie.compile_pymc._compile_pymc_model_numba
@@ -257,7 +276,9 @@ def child_per_call(spec: dict) -> dict:
     np.testing.assert_allclose(logp[0], value, rtol=1e-8)
     np.testing.assert_allclose(gradient, grad, rtol=1e-6, atol=1e-8)
     stats = interleaved_medians(
-        {"ours": Call(ours), "jax": Call(jax_call)}, repeats=31, batch_seconds=0.1
+        {"ours": Call(ours), "jax": Call(jax_call)},
+        repeats=steps(spec, 31),
+        batch_seconds=0.1,
     )
     return {name: s.median for name, s in stats.items()}
 
@@ -267,6 +288,7 @@ def sample(compiled, spec: dict, *, chains, cores, length=CHAIN_LENGTH, **option
     a sampler in the background) with ``length`` tuning steps and draws."""
     import nutpie
 
+    length = steps(spec, length)
     seed = spec["seed"] + (1 if options.get("blocking") is False else 0)
     return nutpie.sample(
         compiled,
@@ -332,7 +354,10 @@ def child_chains(spec: dict) -> dict:
 
     if spec["route"] == "processes":
         result = child_chain_processes(
-            spec, chains=2, tune=CHAIN_LENGTH, draws=CHAIN_LENGTH
+            spec,
+            chains=2,
+            tune=steps(spec, CHAIN_LENGTH),
+            draws=steps(spec, CHAIN_LENGTH),
         )
         del result["workers"]
         return result
@@ -346,61 +371,125 @@ def child_chains(spec: dict) -> dict:
     return {"seconds": seconds, "steps": leapfrog_steps(trace)}
 
 
-def child_fit(spec: dict) -> dict:
-    name, parameters = spec["model"], None
-    phases: dict = {}
-    if spec["route"] == "stan":
-        import stan  # noqa: F401  (timed with the imports)
+def guide_arguments(name: str) -> dict:
+    """``pm.sample``'s arguments as the guide passes them for a model, besides
+    draws, tune, chains, seed and ``progressbar=False``: ``examples/stan_ode.py``'s
+    for ``lv`` (the priors' locations, Stan's rule for the mass matrix), none
+    for ``pk``. No ``cores``: the guide passes none."""
+    if name != "lv":
+        return {}
+    import stan_ode
 
-        program, data, parameters = stan_program(name)
-        phases["imports+build"] = since_start()
-        before = since_start()
-        posterior = _stan.build(program, data, spec["seed"])
-        phases["compile"] = since_start() - before
-        if spec.get("build only"):
-            return {"phases": phases}
-        before = since_start()
-        fit = _stan.sample(posterior, parameters, chains=4, draws=1000, tune=1000)
-        phases["sampling"] = since_start() - before
-        draws = fit.draws
-        result = {"gradients per draw": float(fit.leapfrog.mean())}
-        result["divergences"] = int(fit.diverging.sum())
-    elif spec["route"] == "processes":
-        from pytensor.compile._jax_ofg.samplers.chain_processes import merge_chains
+    nuts = {"adaptation": "draw_diag"}
+    return {
+        "nuts_sampler": "nutpie",
+        "nuts": nuts,
+        "initvals": stan_ode.PRIOR_LOCATIONS,
+    }
 
-        run = child_chain_processes(
-            spec | {"cores": 2}, chains=4, tune=1000, draws=1000
+
+def fit_stan(spec: dict, phases: dict) -> tuple[dict, dict]:
+    """Stan's fit (its cached build): what it found, its draws by parameter."""
+    import stan  # noqa: F401  (timed with the imports)
+    from _chains import stan_at_once
+
+    program, data, parameters = stan_program(spec["model"])
+    phases["imports+build"] = since_start()
+    before = since_start()
+    posterior = _stan.build(program, data, spec["seed"])
+    phases["compile"] = since_start() - before
+    if spec.get("build only"):
+        return {}, {}
+    before = since_start()
+    length = steps(spec, FIT_LENGTH)
+    fit = _stan.sample(posterior, parameters, chains=4, draws=length, tune=length)
+    phases["sampling"] = since_start() - before
+    result = {"gradients per draw": float(fit.leapfrog.mean())}
+    result |= {"divergences": int(fit.diverging.sum()), _chains.KEY: stan_at_once(4)}
+    return result, fit.draws
+
+
+def fit_processes(spec: dict, phases: dict) -> tuple[dict, dict]:
+    """Chains in 2 pinned worker processes (``sample_in_processes``' way)."""
+    from pytensor.compile._jax_ofg.samplers.chain_processes import merge_chains
+
+    length = steps(spec, FIT_LENGTH)
+    run = child_chain_processes(
+        spec | {"cores": 2}, chains=4, tune=length, draws=length
+    )
+    phases |= run["phases"]
+    # The workers' imports and compilation, beside each other.
+    phases["compile"] = phases["workers' start-up"]
+    trace = merge_chains([w.trace for w in run["workers"]])
+    chains = {"passed": "2 worker processes", "at once": len(run["workers"])}
+    return traced(trace, sum(run["steps"])) | {_chains.KEY: chains}, trace
+
+
+def fit_nutpie(spec: dict, phases: dict) -> tuple[dict, dict]:
+    """``nutpie.sample(cores=2)`` of nutpie's compiled model (an extra row)."""
+    from _chains import chains_recorded
+
+    _, compiled, _ = compile_ours(spec["model"], "ours", phases)
+    chains: dict = {}
+    before = since_start()
+    with chains_recorded(chains):
+        trace = sample(compiled, spec, chains=4, cores=2, length=FIT_LENGTH)
+    phases["sampling"] = since_start() - before
+    return traced(trace, sum(leapfrog_steps(trace))) | {_chains.KEY: chains}, trace
+
+
+def fit_pm_sample(spec: dict, phases: dict) -> tuple[dict, dict]:
+    """``pm.sample()`` as the guide calls it (:func:`guide_arguments`)."""
+    import pymc as pm
+    from _chains import chains_recorded
+
+    __import__(MODULES[spec["model"]])
+    phases["imports"] = since_start()
+    model, _ = pymc_model(spec["model"])
+    arguments = guide_arguments(spec["model"])
+    phases["imports+build"] = since_start()
+    chains: dict = {}
+    length = 10 if spec.get("build only") else steps(spec, FIT_LENGTH)  # caches
+    before = since_start()
+    with chains_recorded(chains), model:
+        idata = pm.sample(
+            draws=length,
+            tune=length,
+            chains=4,
+            random_seed=spec["seed"],
+            progressbar=False,
+            **arguments,
         )
-        phases = run["phases"]
-        # The workers' imports and compilation, beside each other.
-        phases["compile"] = phases["workers' start-up"]
-        trace = merge_chains([w.trace for w in run["workers"]])
-        _, _, parameters = stan_program(name)
-        draws = {p: trace.posterior[p].values for p in parameters}
-        stats = trace.sample_stats
-        result = {
-            "gradients per draw": float(stats["n_steps"].mean()),
-            "gradients": sum(run["steps"]),
-            "divergences": int(stats["diverging"].sum()),
-        }
-    else:
-        _, compiled, _ = compile_ours(name, "ours", phases)
-        before = since_start()
-        trace = sample(compiled, spec, chains=4, cores=2, length=1000)
-        phases["sampling"] = since_start() - before
-        _, _, parameters = stan_program(name)
-        draws = {p: trace.posterior[p].values for p in parameters}
-        stats = trace.sample_stats
-        total = int(stats["n_steps"].sum() + trace.warmup_sample_stats["n_steps"].sum())
-        result = {
-            "gradients per draw": float(stats["n_steps"].mean()),
-            "gradients": total,
-            "divergences": int(stats["diverging"].sum()),
-        }
+    phases["sampling"] = float(idata.posterior.attrs["sampling_time"])
+    phases["compile"] = since_start() - before - phases["sampling"]
+    return traced(idata, None) | {_chains.KEY: chains}, idata
+
+
+def traced(trace, gradients: int | None) -> dict:
+    """Gradients per draw, all gradients (warm-up included, when kept), divergences."""
+    stats = trace.sample_stats
+    result = {"gradients per draw": float(stats["n_steps"].mean())}
+    result |= {"gradients": gradients} if gradients else {}
+    return result | {"divergences": int(stats["diverging"].sum())}
+
+
+#: The ``fit`` kind's routes, their rows' labels (``pm.sample()``'s is the
+#: guide's call; the two after it are extra rows).
+FITS = {"pm_sample": fit_pm_sample, "ours": fit_nutpie, "processes": fit_processes}
+
+
+def child_fit(spec: dict) -> dict:
+    phases: dict = {}
+    result, found = (FITS.get(spec["route"]) or fit_stan)(spec, phases)
+    if spec.get("build only"):
+        return {"phases": phases}
+    _, _, parameters = stan_program(spec["model"])
+    if spec["route"] != "stan":  # a trace: its draws by parameter
+        found = {p: found.posterior[p].values for p in parameters}
     phases["whole"] = since_start()
     result["phases"] = phases
     columns = ["mean", "sd", "mcse_mean", "ess_bulk", "r_hat"]
-    result["summary"] = _stan.posterior_summary(draws, columns)
+    result["summary"] = _stan.posterior_summary(found, columns)
     return result
 
 
@@ -529,51 +618,7 @@ def child_breakdown(spec: dict) -> dict:
     }
 
 
-def child_threads(spec: dict) -> dict:
-    """Pure JAX, no model: a loop of 2 x 2 solves (LAPACK) or products, from 1 and 2 threads.
-
-    What the stiff model's Newton steps do (``getrf`` and ``trsm`` through
-    jaxlib's LAPACK kernels, which call SciPy's OpenBLAS), without this
-    package or nutpie: microseconds per call, one thread against two.
-    """
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    jax.config.update("jax_enable_x64", True)
-    results = {}
-    for kind, steps in (("solve", 2000), ("product", 20000)):
-
-        def body(i, c, kind=kind):
-            a = jnp.array([[2.0, c[0]], [c[1], 3.0]])
-            return c + 1e-6 * (jnp.linalg.solve(a, c) if kind == "solve" else a @ c)
-
-        loop = jax.jit(
-            lambda c, body=body, steps=steps: jax.lax.fori_loop(0, steps, body, c)
-        )
-        x = jnp.array([0.1, 0.2])
-        np.asarray(loop(x))
-
-        def calls(n: int, loop=loop, x=x) -> None:
-            for _ in range(n):
-                np.asarray(loop(x))
-
-        for threads in (1, 2, 1, 2):
-            workers = [
-                threading.Thread(target=calls, args=(200,)) for _ in range(threads)
-            ]
-            start = time.perf_counter()
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                worker.join()
-            seconds = (time.perf_counter() - start) / (200 * threads)
-            results.setdefault(f"{kind}|{threads}", []).append(seconds)
-    return {key: min(values) for key, values in results.items()}
-
-
 CHILDREN = {
-    "threads": child_threads,
     "startup": child_startup,
     "per_call": child_per_call,
     "breakdown": child_breakdown,
@@ -608,8 +653,7 @@ PLAN = {
         {"route": r, "pin": p} for p in (False, True) for r in BREAKDOWN_ROUTES
     ],
     "chains": [{"route": r, "cores": c} for r in ("ours", "processes") for c in (1, 2)],
-    "threads": [{"route": "jax"}],  # pk only: no model
-    "fit": [{"route": "ours"}, {"route": "processes"}],
+    "fit": [{"route": route} for route in FITS],
 }
 
 
@@ -626,15 +670,17 @@ def plan(settings) -> list[list[dict]]:
             for name in settings.models
             for kind in settings.kinds
             for spec in PLAN[kind]
-            if kind != "threads" or name == "pk"
+            if kind == "startup" or name not in STARTUP_ONLY
         ]
         if "fit" in settings.kinds:  # Stan's fit of each model
             specs += [
                 {"kind": "fit", "model": name, "route": "stan"}
                 for name in settings.models
+                if name not in STARTUP_ONLY
             ]
         for spec in specs:
-            spec["seed"] = settings.seed + round_
+            spec["seed"] = settings.seed
+            spec |= {"quick": True} if settings.quick else {}
         shift = round_ % max(len(specs), 1)
         rounds.append(specs[shift:] + specs[:shift])
     return rounds
@@ -668,6 +714,29 @@ def startup_rows(ok: dict) -> list[list]:
             rows.append([name, calls, f"{phase['imports+build']:.2f}"])
             rows[-1] += [f"{phase['compile']:.2f}", f"{phase['first call']:.3f}"]
             rows[-1].append(f"{phase['compile'] + phase['first call']:.2f}")
+    return rows
+
+
+def warm_startup_rows(ok: dict) -> list[list]:
+    """Per model, a warm process's build and compile before its first gradient."""
+    rows = []
+    for name in MODELS:
+        found = ok.get(f"startup|{name}|ours", [])
+        parts = [
+            [
+                p["imports+build"] - p["imports"],
+                p["compile"],
+                p["first call"],
+                p["imports+build"] - p["imports"] + p["compile"] + p["first call"],
+            ]
+            for p in values(found, "phases")
+            if "imports" in p
+        ]
+        if parts:
+            medians = [median(column) for column in zip(*parts)]
+            totals = [row[-1] for row in parts]
+            rows.append([name, *(f"{m:.2f}" for m in medians)])
+            rows[-1].append(", ".join(f"{t:.2f}" for t in totals))
     return rows
 
 
@@ -775,35 +844,23 @@ BREAKDOWN_LABELS = {
 }
 
 
-def threads_rows(ok: dict) -> list[list]:
-    found = ok.get("threads|pk|jax", [])
-    rows = []
-    for kind, what in (
-        ("solve", "2 x 2 solves (LAPACK getrf, trsm)"),
-        ("product", "2 x 2 products"),
-    ):
-        if found:
-            one, two = (median(values(found, f"{kind}|{n}")) for n in (1, 2))
-            rows.append(
-                [what, f"{one * 1e6:.0f}", f"{two * 1e6:.0f}", f"{one / two:.2f}"]
-            )
-    return rows
-
-
 FIT_ROUTES = {
-    "ours": "ours (nutpie, cores=2)",
-    "processes": "ours (chains in 2 processes)",
+    "pm_sample": "`pm.sample()` as the guide calls it",
+    "ours": "extra: `nutpie.sample`, cores=2",
+    "processes": "extra: chains in 2 processes",
     "stan": "Stan (PyStan, cached build)",
 }
 
 
 def fit_row(name: str, route: str, found: list[dict], stan_runs: list[dict]) -> list:
-    """One row of the whole-fit table: medians over the runs ``found``."""
-    whole = median(values(found, "phases", "whole"))
+    """One row of the whole-fit table: medians over the runs ``found``, and the
+    spread of their whole fits."""
+    wholes = values(found, "phases", "whole")
+    whole = median(wholes)
     ess = median([min(s["ess_bulk"] for s in r["summary"].values()) for r in found])
     stan_whole = median(values(stan_runs, "phases", "whole")) if stan_runs else math.nan
     per_gradient = math.nan
-    if route != "stan":
+    if all("gradients" in r for r in found):
         per_gradient = median(
             [2 * r["phases"]["sampling"] / r["gradients"] * 1e6 for r in found]
         )
@@ -815,7 +872,10 @@ def fit_row(name: str, route: str, found: list[dict], stan_runs: list[dict]) -> 
     return [
         name,
         FIT_ROUTES[route],
+        _chains.at_once(found),
         f"{whole:.1f}",
+        _report.span(wholes, "{:.1f}"),
+        f"{max(wholes) / min(wholes):.2f}",
         f"{whole / stan_whole:.2f}",
         f"{phases['imports+build']:.1f}",
         f"{phases['compile']:.2f}",
@@ -829,23 +889,17 @@ def fit_row(name: str, route: str, found: list[dict], stan_runs: list[dict]) -> 
     ]
 
 
-def fit_sections(ok: dict, text: dict[str, str]) -> list[str]:
-    """The whole-fit table, a note on older runs, and each posterior against Stan's."""
-    rows, agreement, own_time_only = [], [], []
+def fit_sections(ok: dict, text: dict[str, str], lengths: dict) -> list[str]:
+    """The whole-fit table, and each posterior against Stan's."""
+    rows, agreement = [], []
     for name, route in itertools.product(MODELS, FIT_ROUTES):
         stan_runs = ok.get(f"fit|{name}|stan", [])
         if not (found := ok.get(f"fit|{name}|{route}", [])):
             continue
-        if route == "processes" and any(
-            "sampling, the slowest worker's own" not in r["phases"] for r in found
-        ):
-            own_time_only.append(name)
         rows.append(fit_row(name, route, found, stan_runs))
         if route != "stan" and stan_runs:
             agreement.append(against_stan(f"{name}, {route}", found, stan_runs))
-    sections = [fill(text["fit"], rows)] if rows else []
-    if rows and own_time_only:
-        sections.append(fill(text["own_time_only"], models=", ".join(own_time_only)))
+    sections = [fill(text["fit"], rows, **lengths)] if rows else []
     lines = [fill(text["agreement"], **fields) for fields in agreement]
     return sections + (["\n".join(lines)] if lines else [])
 
@@ -870,17 +924,29 @@ def against_stan(name: str, ours: list[dict], stan_runs: list[dict]) -> dict:
 #: The tables, in order: their blocks in ``texts/small_odes.md``, their rows.
 TABLES = {
     "startup": startup_rows,
+    "warm_startup": warm_startup_rows,
     "owners": owners_rows,
     "per_call": per_call_rows,
     "chains": chains_rows,
     "breakdown": breakdown_rows,
-    "threads": threads_rows,
 }
 
 
-def report(runs: dict[str, list[dict]]) -> str:
+#: What runs stored before their meta was say of themselves.
+OLD_META = {
+    "machine": "Machine: not recorded",
+    "seeds": "seed 1 + the round's index (stored before rounds shared a seed)",
+}
+
+
+def report(runs: dict) -> str:
     """The markdown tables of every stored run (of every model, not only those run)."""
     text = _report.texts("small_odes")
+    runs = dict(runs)
+    meta = runs.pop("meta", OLD_META)
+    spec = {"quick": meta.get("quick", False)}  # the steps of the runs' chains
+    lengths = {"length": steps(spec, CHAIN_LENGTH), "fit": steps(spec, FIT_LENGTH)}
+    lengths["breakdown"] = steps(spec, BREAKDOWN_LENGTH)
     ok = {k: [r for r in v if "error" not in r] for k, v in runs.items()}
     failed = [
         f"* {key} failed: `{r['error'][-300:]}`"
@@ -888,11 +954,11 @@ def report(runs: dict[str, list[dict]]) -> str:
         for r in found
         if "error" in r
     ]
-    sections = [text["intro"], *(["\n".join(failed)] if failed else [])]
+    sections = [fill(text["intro"], **meta), *(["\n".join(failed)] if failed else [])]
     for key, rows_of in TABLES.items():
         if rows := rows_of(ok):
-            sections.append(fill(text[key], rows, length=CHAIN_LENGTH))
-    return "\n\n".join(sections + fit_sections(ok, text)) + "\n"
+            sections.append(fill(text[key], rows, **lengths))
+    return "\n\n".join(sections + fit_sections(ok, text, lengths)) + "\n"
 
 
 def parse_args(argv=None):
@@ -904,9 +970,15 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: a tenth of the steps, into small_odes_quick.*",
+    )
+    parser.add_argument(
         "--report", action="store_true", help="only the tables, from the stored runs"
     )
     settings = parser.parse_args(argv)
+    settings.name = "small_odes_quick" if settings.quick else "small_odes"
     settings.models = [m for m in settings.models.split(",") if m]
     skipped = {k for k in settings.skip.split(",") if k}
     settings.kinds = [k for k in KINDS if k not in skipped]
@@ -925,7 +997,7 @@ def warm_caches(rounds: list[list[dict]], caches: Path, timeout: float) -> None:
         print("warming", folder, flush=True)
         warm_spec = (
             {**spec, "build only": True}
-            if route == "stan"
+            if route in ("stan", "pm_sample")
             else {"kind": "startup", "model": spec["model"], "route": folder[1]}
         )
         result = run_child(warm_spec, caches, timeout)
@@ -936,18 +1008,16 @@ def warm_caches(rounds: list[list[dict]], caches: Path, timeout: float) -> None:
 def main(argv=None) -> None:
     settings = parse_args(argv)
     if settings.child:
-        import conftest  # noqa: F401  (the checkout's modules, not an installed copy)
-
         spec = json.loads(settings.child)
         print(json.dumps(CHILDREN[spec["kind"]](spec)), flush=True)
         return
-    if IN_CHECKOUT:  # every process, chains' workers included, runs the checkout's
-        os.environ.update(
-            checkout_startup(Path(tempfile.mkdtemp(prefix="small_odes-")))
-        )
     # A run of some kinds or models replaces their stored runs, keeps the others.
-    runs: dict[str, list[dict]] = _report.load("small_odes", {})
+    runs: dict = _report.load(settings.name, {})
     if not settings.report:
+        command = " ".join(["python benchmarks/small_odes.py", *sys.argv[1:]])
+        runs["meta"] = _report.meta(command, package_versions(VERSIONS))
+        runs["meta"]["seeds"] = f"seed {settings.seed} in every round"
+        runs["meta"]["quick"] = settings.quick
         ran: set[str] = set()
         with tempfile.TemporaryDirectory(prefix="small_odes-") as folder:
             rounds = plan(settings)
@@ -961,8 +1031,8 @@ def main(argv=None) -> None:
                     runs[label(spec)].append(result)
                     shown = {k: v for k, v in result.items() if k != "summary"}
                     print(f"round {round_}: {label(spec)}: {shown}", flush=True)
-        _report.save("small_odes", runs)
-    _report.write("small_odes", report(runs))
+        _report.save(settings.name, runs)
+    _report.write(settings.name, report(runs))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ Run::
 
 ``--quick`` takes fewer, shorter batches, skips the stiff case and the
 grad-alone task; ``--cases`` picks cases. Writes ``benchmarks/results/speed.json``
-and ``speed.md`` (``speed_quick.*`` with ``--quick``; see ``--output``).
+and ``speed.md`` (``speed_quick.*`` with ``--quick``).
 """
 
 from __future__ import annotations
@@ -31,30 +31,25 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
+import _checkout  # noqa: F401  (the checkout's modules)
+import _report
+import diffrax
+import jax
+import jax.numpy as jnp
+import numba
+import numpy as np
+from _report import fill, format_ratio, format_seconds
+from _timing import Call, Stats, interleaved_medians, median_of, time_once
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import _report  # noqa: E402
-import diffrax  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numba  # noqa: E402
-import numpy as np  # noqa: E402
-from _report import fill, format_ratio, format_seconds  # noqa: E402
-from _timing import Call, Stats, interleaved_medians, median_of, time_once  # noqa: E402
-
-import conftest  # noqa: E402, F401 - puts this checkout's modules first
-import pytensor  # noqa: E402
-import pytensor.tensor as pt  # noqa: E402
-from pytensor.compile import Function, Mode  # noqa: E402
-from pytensor.compile.jax_ofg import OpFromJax, as_jax_op  # noqa: E402
-from pytensor.compile.mode import get_mode, optdb  # noqa: E402
-from pytensor.graph.basic import Constant  # noqa: E402
-from pytensor.link.numba.dispatch.basic import (  # noqa: E402
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile import Function, Mode
+from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
+from pytensor.compile.mode import get_mode, optdb
+from pytensor.graph.basic import Constant
+from pytensor.link.numba.dispatch.basic import (
     get_numba_type,
     numba_funcify,
     numba_njit,
@@ -749,12 +744,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="comma-separated subset of: cheap, oscillator, stiff "
         "(default: all; with --quick: cheap, oscillator)",
     )
-    parser.add_argument(
-        "--output",
-        type=Path,
-        help="markdown file to write (default: benchmarks/results/speed.md, or "
-        "speed_quick.md with --quick)",
-    )
     parser.add_argument("--report", action="store_true", help="only the tables")
     return parser.parse_args(argv)
 
@@ -811,7 +800,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = Settings.make(args.quick)
     name = "speed_quick" if settings.quick else "speed"
     if args.report:
-        _report.write(name, report(_report.load(name)), args.output)
+        _report.write(name, report(_report.load(name)))
         return
     case_names = (
         [name.strip() for name in args.cases.split(",") if name.strip()]
@@ -827,7 +816,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         warnings.filterwarnings("ignore", message="Numba will use object mode")
         data = measure(case_names, settings)
     _report.save(name, data)
-    _report.write(name, report(data), args.output)
+    _report.write(name, report(data))
 
 
 if __name__ == "__main__":

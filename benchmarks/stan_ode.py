@@ -22,23 +22,16 @@ at rtol = atol = 1e-8). What each table shows: ``texts/stan_ode.md``.
 import argparse
 import json
 import os
-import sys
 import time
-from pathlib import Path
+
+import _checkout  # noqa: F401  (the checkout's modules; the examples')
+import _report
+from _processes import ChildFailed, run_python
+from _report import fill
 
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-
-import _report  # noqa: E402
-from _processes import ChildFailed, run_python  # noqa: E402
-from _report import fill  # noqa: E402
-
-
-RESULTS = HERE / "results"
-STORE = RESULTS / "stan_ode.jsonl"
-REPORT = RESULTS / "stan_ode.md"
+STORE = _report.RESULTS / "stan_ode.jsonl"
+REPORT = _report.RESULTS / "stan_ode.md"
 COMMAND = ".venv/bin/python benchmarks/stan_ode.py"
 
 FITS = [
@@ -134,7 +127,7 @@ def run_gradient() -> dict:
     """
     import numpy as np
 
-    sys.path.insert(0, str(ROOT / "examples"))
+    # the example (examples/stan_ode.py), not this script
     import stan_ode
 
     def functions(solver):
@@ -200,10 +193,10 @@ def run_fit(name: str) -> dict:
     import arviz as az
     import pymc as pm
 
-    from pytensor.compile.jax_ofg import stan_initvals
-
-    sys.path.insert(0, str(ROOT / "examples"))
+    # the example (examples/stan_ode.py), not this script
     import stan_ode
+
+    from pytensor.compile.jax_ofg import stan_initvals
 
     tight = ("ode_rk45_tol", 1e-8, 1e-8, 10**6)
     model = stan_ode.build_model(

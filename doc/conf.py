@@ -8,16 +8,24 @@ and output (``-D plot_gallery=0`` builds them without running them).
 
 import doctest
 import runpy
+import sys
 from pathlib import Path
 
 
 CHECKOUT = Path(__file__).resolve().parent.parent
+# The docs' own extensions: figures rendered from benchmarks/results/
+# (results_sphinx, charts) and facts read from pyproject.toml (project_facts).
+sys.path.insert(0, str(CHECKOUT / "doc" / "_ext"))
+#: The project's repository (the install page and the navbar link to it).
+REPOSITORY = "https://github.com/pymc-devs/pytensor-jax-ofg"
 
 # Document this checkout's modules, never a stale installed copy. The root
 # conftest.py does exactly that for the tests (``pytensor/`` here has no
 # ``__init__.py``, so it puts the checkout's folders first on the installed
 # PyTensor sub-packages' search paths); run it rather than repeat it.
 runpy.run_path(str(CHECKOUT / "conftest.py"))
+# This folder's extensions (``flags_directive``: the tables of flags).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 project = "pytensor-jax-ofg"
 author = "pytensor-jax-ofg developers"
@@ -33,6 +41,9 @@ extensions = [
     "sphinx_gallery.gen_gallery",
     "sphinx_copybutton",
     "matplotlib.sphinxext.plot_directive",
+    "results_sphinx",
+    "project_facts",
+    "flags_directive",
 ]
 
 html_theme = "pydata_sphinx_theme"
@@ -47,13 +58,26 @@ html_theme_options = {
     "secondary_sidebar_items": ["page-toc"],
     "footer_start": ["copyright"],
     "footer_end": [],
+    "icon_links": [
+        {
+            "name": "Repository on GitHub",
+            "url": REPOSITORY,
+            "icon": "fa-brands fa-github",
+            "type": "fontawesome",
+        }
+    ],
 }
+rst_epilog = f"""
+.. _repository: {REPOSITORY}
+"""
 # Pages without siblings need no section navigation: their tables get the width.
 html_sidebars = {
     page: []
     for page in (
         "index",
+        "install",
         "getting_started",
+        "guide/compared_with_wrap_jax",
         "library/jax_ofg",
         "benchmarks",
         "benchmark_notes",
@@ -63,7 +87,15 @@ html_sidebars = {
 }
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
-exclude_patterns = ["_build", "tutorials_src/README.rst"]
+exclude_patterns = [
+    "_build",
+    "_ext",
+    "tutorials_src/README.rst",
+    "_why.rst",
+    # pages of running times an older sphinx-gallery run may have left
+    "sg_execution_times.rst",
+    "tutorials/sg_execution_times.rst",
+]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 myst_heading_anchors = 3
 nitpicky = False
@@ -102,12 +134,20 @@ sphinx_gallery_conf = {
     "matplotlib_animations": False,
     "reference_url": {},
     "first_notebook_cell": None,
+    # Tutorials show what a model gives, not how long a build beside other
+    # work took: no running time under a tutorial, no page of running times.
+    "min_reported_time": float("inf"),
+    "write_computation_times": False,
+    # A cell's last expression is not shown (a plot call's return value would
+    # show as "<... object at 0x...>"): tutorials print what they show.
+    "capture_repr": (),
 }
 
 # `python -m sphinx -b doctest doc <dir>` runs the guide's examples and the
 # autodoc'd docstrings in one namespace; give it the module's own names, as
 # `doctest.testmod` does.
-doctest_global_setup = "from pytensor.compile.jax_ofg import *"
+# Run as a script: code under the pages' ``if __name__ == "__main__":`` runs.
+doctest_global_setup = '__name__ = "__main__"\nfrom pytensor.compile.jax_ofg import *'
 # As the docs test compares them (tests/compile/test_jax_ofg_docs.py): printed
 # tables and long messages may wrap.
 doctest_default_flags = (

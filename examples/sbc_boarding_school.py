@@ -239,13 +239,13 @@ def run_fits(
 def cache_folders() -> dict[str, Path]:
     """This process's cache folders: traces, XLA programs, Numba code."""
     from pytensor import config
-    from pytensor.compile._jax_ofg.cache.traces import trace_cache_dir
     from pytensor.compile._jax_ofg.patches.xla_cache import xla_cache_dir
+    from pytensor.compile.jax_ofg import trace_cache_info
 
     folders = {"xla": xla_cache_dir(), "numba": Path(config.base_compiledir) / "numba"}
-    traces = trace_cache_dir()
+    traces = trace_cache_info()["path"]
     if traces is not None:
-        folders["traces"] = traces
+        folders["traces"] = Path(traces)
     return folders
 
 

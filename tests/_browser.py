@@ -4,12 +4,15 @@
 uses (1400 px, a laptop; 1024 px, a small one) and reports what a reader
 would trip over:
 
-* a table or code block wider than the column it sits in (cut off, or
-  scrolled sideways inside the page);
+* a table, code block or signature wider than the column it sits in (cut
+  off, or scrolled sideways inside the page), and text of a sidebar (the
+  page's table of contents, the section's pages) running past its edge;
 * an image that does not load, a link to a page of the site that does not
   exist or to an anchor the page does not define;
 * a code block without its copy button (sphinx-copybutton);
-* the top navigation bar on more than one row.
+* the top navigation bar on more than one row;
+* an object's default repr (``<arviz_plots... object at 0x7f...>``) or a
+  doctest placeholder (``0.93...``) shown as if it were a result.
 
 Chromium and its driver are Debian's (``apt-get install chromium
 chromium-driver``; ``.ci/run`` installs them), driven through Selenium.
@@ -32,7 +35,8 @@ WIDTHS = (1400, 1024)
 #: Run in the page: what a reader would trip over, as plain data.
 _INSPECT = r"""
 const slack = 2;  // px: rounding
-const report = {overflows: [], images: [], links: [], code: 0, buttons: 0, rows: 1};
+const report = {overflows: [], images: [], links: [], code: 0, buttons: 0, rows: 1,
+                cut: [], reprs: [], placeholders: []};
 const article = document.querySelector("article.bd-article") || document.body;
 const column = article.getBoundingClientRect();
 const label = (el) => {
@@ -57,6 +61,30 @@ for (const el of article.querySelectorAll("pre")) {
   const over = wide(el);
   if (over > slack) report.overflows.push(["code block", Math.round(over), label(el)]);
 }
+for (const el of article.querySelectorAll("dl.py > dt")) {
+  const over = wide(el);
+  if (over > slack) report.overflows.push(["signature", Math.round(over), label(el)]);
+}
+// Sidebar text past the sidebar's visible edge (the sidebar clips it, or
+// scrolls it sideways): the extent of each entry's text, not of its box.
+for (const side of document.querySelectorAll(".bd-sidebar-primary, .bd-sidebar-secondary")) {
+  if (side.offsetParent === null) continue;
+  const edge = side.getBoundingClientRect();
+  const right = edge.left + side.clientLeft + side.clientWidth;
+  for (const el of side.querySelectorAll("a, code")) {
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    const box = range.getBoundingClientRect();
+    if (box.width === 0 || box.height === 0) continue;
+    if (box.right > right + slack || box.left < edge.left - slack) {
+      report.cut.push((el.innerText || "").trim().split("\n")[0].slice(0, 60));
+    }
+  }
+}
+// What a reader would take for a result: default reprs, doctest placeholders.
+const shown = article.innerText || "";
+for (const m of shown.matchAll(/<[\w.]+ object at 0x[0-9a-fA-F]+>/g)) report.reprs.push(m[0]);
+for (const m of shown.matchAll(/\S*\d\.\d*\.\.\.\S*/g)) report.placeholders.push(m[0]);
 for (const el of article.querySelectorAll("img")) {
   if (!el.complete || el.naturalWidth === 0) report.images.push(el.getAttribute("src"));
   else {
@@ -192,6 +220,19 @@ def layout_problems(
                         f"{name} @ {width}px: {report['code'] - report['buttons']} "
                         f"of {report['code']} code blocks without a copy button"
                     )
+                problems += [
+                    f"{name} @ {width}px: cut off at the sidebar's edge: {text!r}"
+                    for text in dict.fromkeys(report["cut"])
+                ]
+                if width == widths[0]:  # what the page says is the same at any width
+                    problems += [
+                        f"{name}: an object's repr shown: {text}"
+                        for text in dict.fromkeys(report["reprs"])
+                    ]
+                    problems += [
+                        f"{name}: a doctest placeholder shown: {text}"
+                        for text in dict.fromkeys(report["placeholders"])
+                    ]
                 if width >= one_row_navbar_at and report["rows"] > 1:
                     problems.append(
                         f"{name} @ {width}px: the navbar takes {report['rows']} rows"

@@ -13,13 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Run at start-up by every Python process of a test run (see
 #: :func:`run_python`): the root conftest.py puts the checkout's folders first
-#: on PyTensor's package paths, the test helpers become importable, and the
-#: process's trace cache counts join the run's summary when it ends.
+#: on PyTensor's package paths, the test helpers (and, from the checkout's
+#: root as under pytest, ``examples._sir_models``) become importable, and
+#: the process's trace cache counts join the run's summary when it ends.
 SITECUSTOMIZE = f"""
 import atexit, importlib.util, sys
 _spec = importlib.util.spec_from_file_location("checkout", {str(ROOT / "conftest.py")!r})
 _spec.loader.exec_module(importlib.util.module_from_spec(_spec))
-sys.path += [{str(ROOT / "tests")!r}, {str(ROOT / "tests" / "compile")!r}]
+sys.path += [{str(ROOT)!r}, {str(ROOT / "tests")!r}, {str(ROOT / "tests" / "compile")!r}]
 atexit.register(lambda: __import__("_trace_cache_counts").write())
 """
 
@@ -46,6 +47,7 @@ def run_python(
     :data:`SITECUSTOMIZE` at start-up. That includes the worker processes that
     ``spawn`` and ``forkserver`` start, which import the main script again
     (whichever file that is) and would otherwise import the installed copy.
+    They take CPU leases in a folder of their own (see ``start_python``).
     The processes run in their own process group, which is killed when
     ``timeout`` (seconds) passes: a hang fails the test and leaves no worker
     behind. With ``check``, a non-zero exit fails the test with the end of
@@ -79,10 +81,17 @@ def start_python(
     startup = Path(folder) / "_checkout_startup"
     startup.mkdir(exist_ok=True)
     (startup / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    # CPU leases of the process's own: processes of earlier tests (workers
+    # still exiting) hold none of its CPUs. Read last, the file wins.
+    rc = startup / "pytensorrc"
+    rc.write_text(f"[jax_ofg]\ncpu_leases = {startup / 'cpu_leases'}\n")
+    env = {**os.environ, **(env or {})}
     env = {
-        **os.environ,
-        **(env or {}),
+        **env,
         "PYTHONPATH": os.pathsep.join([str(startup), *_pythonpath()]),
+        "PYTENSORRC": os.pathsep.join(
+            [p for p in env.get("PYTENSORRC", "").split(os.pathsep) if p] + [str(rc)]
+        ),
     }
     return subprocess.Popen(
         [sys.executable, *arguments],

@@ -19,7 +19,7 @@ KEYS = ("hits", "verified", "uncached", "misses")
 def write() -> None:
     """Write this process's counts (when it used the trace cache at all)."""
     folder = os.environ.get(VARIABLE)
-    trace_cache = sys.modules.get("pytensor.compile._jax_ofg.cache.traces")
+    trace_cache = sys.modules.get("pytensor.compile._jax_ofg.cache.api")
     if folder is None or trace_cache is None or not Path(folder).is_dir():
         return
     info = trace_cache.trace_cache_info()

@@ -42,19 +42,36 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True, scope="session")
 def _trace_cache_verified(tmp_path_factory):
     import pytensor
-    from pytensor.compile import jax_ofg  # noqa: F401  (registers the flag below)
-    from pytensor.compile._jax_ofg.cache import traces as trace_cache
+    from pytensor.compile import jax_ofg  # noqa: F401  (declares the flag below)
+    from pytensor.compile._jax_ofg.cache import api as trace_cache
 
     folder = tmp_path_factory.mktemp("jax_ofg_traces")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(
-            trace_cache,
-            "trace_cache_dir",
-            lambda: None if trace_cache.mode() == "off" else folder,
-        )
-        with pytensor.config.change_flags(jax_ofg__trace_cache="verify"):
-            yield
+    leases = _leases_of_this_worker(tmp_path_factory)
+    with (
+        trace_cache.trace_cache_dir_set_to(folder),
+        pytensor.config.change_flags(
+            jax_ofg__trace_cache="verify", jax_ofg__cpu_leases=str(leases)
+        ),
+    ):
+        yield
     _trace_cache_counts.write()
+
+
+def _leases_of_this_worker(tmp_path_factory) -> Path:
+    """A folder of CPU leases for this test process and the processes it starts.
+
+    Test processes run side by side (pytest-xdist), each sampling now and then:
+    sharing the machine's leases, a test's chains would land on whichever
+    CPUs another test left free. Tests of the leases between processes use
+    folders of their own.
+    """
+    leases = tmp_path_factory.mktemp("jax_ofg_cpu_leases")
+    rc = leases / "pytensorrc"
+    rc.write_text(f"[jax_ofg]\ncpu_leases = {leases}\n")
+    os.environ["PYTENSORRC"] = os.pathsep.join(
+        (*os.environ.get("PYTENSORRC", "").split(os.pathsep), str(rc))
+    ).lstrip(os.pathsep)
+    return leases
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -1,17 +1,22 @@
 """The README works as written: its commands exist and install what they need,
-and its example runs as a script and recovers the decay rate."""
+its example runs as a script and recovers the decay rate, and every figure it
+states is rendered from the stored benchmark results."""
 
 import re
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 from _fresh_process import run_script
+from _stated_figures import stated_figures_in_markdown
 from packaging.requirements import Requirement
 
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+sys.path.append(str(ROOT / "doc" / "_ext"))
+import figures  # noqa: E402  (the docs' figures, rendered from benchmarks/results/)
 
 
 def readme_example() -> str:
@@ -72,3 +77,23 @@ if __name__ == "__main__":
     result = run_script(example + check, tmp_path, timeout=900)
     assert result.stdout.strip().endswith("ok")
     assert "Traceback" not in result.stderr
+
+
+def test_readme_figures_are_those_the_stored_results_render():
+    """The README's results block is what ``python doc/_ext/figures.py
+    --readme`` writes from ``benchmarks/results/`` today."""
+    assert "<!-- results:headline -->" in README
+    assert figures.readme_rendered(README) == README, (
+        "the README's figures differ from the stored results: run "
+        "`python doc/_ext/figures.py --readme`"
+    )
+
+
+def test_readme_states_no_figure_by_hand():
+    typed = figures.readme_without_blocks(README)
+    assert stated_figures_in_markdown(typed, context=30) == []
+    # the check finds a typed one
+    assert stated_figures_in_markdown("It took 13 s (0.33x Stan's).") == [
+        "13 s",
+        "0.33x",
+    ]

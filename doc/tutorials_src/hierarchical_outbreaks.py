@@ -30,8 +30,6 @@ The steps:
 # with spread 0.25, the recovery rate is 0.5 per day in every school, and
 # the counts are negative binomial around the solved number of infected.
 
-import time
-
 import arviz as az
 import diffrax
 import jax
@@ -147,10 +145,8 @@ with pm.Model(coords=coords) as model:
 # for the documentation build. Each gradient is one call of one XLA program
 # holding the ten solves, their reverse-mode derivative and the likelihood.
 
-start = time.perf_counter()
 with model:
     idata = pm.sample(draws=300, tune=300, chains=2, random_seed=11, progressbar=False)
-print(f"pm.sample: {time.perf_counter() - start:.1f} s for 2 chains of 300 + 300")
 
 summary = az.summary(idata, var_names=["mu", "tau", "gamma", "phi_inv", "beta"])
 print(summary[["mean", "sd", "ess_bulk", "ess_tail", "r_hat"]].round(3))

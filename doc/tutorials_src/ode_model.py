@@ -30,8 +30,6 @@ tensor operation, and its gradient comes from JAX. The steps:
 # ``outbreaks`` package, ``influenza_england_1978_school``). On day 0 one pupil
 # of 763 is infected and none has recovered.
 
-import time
-
 import arviz as az
 import diffrax
 import jax.numpy as jnp
@@ -140,16 +138,12 @@ with pm.Model(coords={"day": days.astype(int)}) as model:
 # in threads of this process, and each gradient evaluation calls the compiled
 # JAX solve and its ``jax.vjp``. A documentation build has little time, so
 # this run is short, 2 chains of 300 tuning steps and 300 draws; for a real
-# analysis use PyMC's defaults (1000 + 1000, 4 chains). The time includes
-# compiling the model.
+# analysis use PyMC's defaults (1000 + 1000, 4 chains).
 
-start = time.perf_counter()
 with model:
     idata = pm.sample(
         draws=300, tune=300, chains=2, random_seed=1978, progressbar=False
     )
-seconds = time.perf_counter() - start
-print(f"pm.sample: {seconds:.1f} s for 2 chains of 300 + 300")
 
 # %%
 # Convergence and the posterior

@@ -37,8 +37,6 @@ same model with three samplers.
 # (4 days' incubation, 5 days infectious). ``log(beta)`` is interpolated by a
 # cubic Hermite spline through the knots, so ``beta`` stays positive.
 
-import time
-
 import arviz as az
 import diffrax
 import jax.numpy as jnp
@@ -134,10 +132,8 @@ print(f"{cases.sum():,} cases in {n_days} days, at most {cases.max():,} a day")
 # main example runs 4 chains of 500 + 500).
 
 model = pm.observe(build_model(), {"cases": cases})
-start = time.perf_counter()
 with model:
     idata = pm.sample(draws=300, tune=300, chains=2, random_seed=1, progressbar=False)
-print(f"pm.sample: {time.perf_counter() - start:.1f} s for 2 chains of 300 + 300")
 
 summary = az.summary(idata, var_names=["log_beta", "i0", "alpha"])
 print(summary[["mean", "sd", "ess_bulk", "ess_tail", "r_hat"]].round(3))

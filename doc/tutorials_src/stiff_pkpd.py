@@ -36,8 +36,6 @@ The steps:
 # Concentrations are measured with normal noise of sd 0.5 mg/L, effects with
 # sd 4.
 
-import time
-
 import arviz as az
 import diffrax
 import jax.numpy as jnp
@@ -151,10 +149,8 @@ with pm.Model(coords={"pk": names, "time": times}) as model:
 # ``pm.sample()`` with nutpie, 2 chains of 400 + 400 (short, for the
 # documentation build).
 
-start = time.perf_counter()
 with model:
     idata = pm.sample(draws=400, tune=400, chains=2, random_seed=3, progressbar=False)
-print(f"pm.sample: {time.perf_counter() - start:.1f} s for 2 chains of 400 + 400")
 
 parameters = ["theta", "Emax", "EC50", "sigma_conc", "sigma_effect"]
 summary = az.summary(idata, var_names=parameters)

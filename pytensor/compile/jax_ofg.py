@@ -20,16 +20,17 @@ except ImportError as _error:  # pragma: no cover - exercised in a subprocess te
         "which depends on it)."
     ) from _error
 
-from pytensor.compile._jax_ofg import compat
+from pytensor.compile._jax_ofg import compat, flags
 from pytensor.compile._jax_ofg.cache import api as trace_cache
 from pytensor.compile._jax_ofg.cache.api import clear_trace_cache, trace_cache_info
+from pytensor.compile._jax_ofg.cores import api as cores
 from pytensor.compile._jax_ofg.errors import (
     WrappedFunctionRuntimeWarning,
     runtime_error_counts,
 )
 from pytensor.compile._jax_ofg.hooks import at_fork, callback_logs
 from pytensor.compile._jax_ofg.hooks.import_finder import after_import
-from pytensor.compile._jax_ofg.host import cores, fork_guard, programs
+from pytensor.compile._jax_ofg.host import fork_guard
 from pytensor.compile._jax_ofg.host.fork_guard import ForkedAfterJaxError
 from pytensor.compile._jax_ofg.host.op import JaxHostOp
 from pytensor.compile._jax_ofg.host.readonly_outputs import ReadOnlyOutputs
@@ -57,7 +58,7 @@ from pytensor.compile._jax_ofg.patches import (
     numba_direct_thunk,
     nutpie_adaptation,
     nutpie_host_callbacks,
-    pymc_start_method,
+    pymc_sampling,
     xla_cache,
     xla_cache_writes,
 )
@@ -121,6 +122,7 @@ def install() -> None:
             return
         _installed = True
 
+        flags.declare()  # first: everything below reads its flag
         jax.config.update("jax_enable_x64", True)
         linalg_lowering.install()
 
@@ -137,18 +139,22 @@ def install() -> None:
 
         _register_rewrites()
 
-        at_fork.install(fork_guard.before_fork, fork_guard.after_fork_in_child)
-        pymc_start_method.install()
+        at_fork.install(fork_guard.before_fork, _after_fork_in_child)
+        pymc_sampling.install()
         nutpie_host_callbacks.install()
         nutpie_adaptation.install()
 
-        programs.add_config_flag()
-        cores.add_config_flag()
         xla_cache.install()
         xla_cache_writes.install()
         trace_cache.install()
 
         callback_logs.install()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: no JAX (it would deadlock), none of the parent's leases."""
+    fork_guard.after_fork_in_child()
+    cores.forget_in_child()
 
 
 def _register_jax_lowering(backend) -> None:

@@ -12,14 +12,23 @@
   folder, no ``jax_ofg_`` prefix inside it, ``__init__.py`` files that hold a
   docstring only.
 * The trace cache has one door: outside ``cache/``, only ``cache/api`` is
-  imported.
+  imported, by the package and by tests (but the cache's own), benchmarks
+  and examples.
+* No module holds more than 3 module-level registries (mutable process-wide
+  state); the trace cache's state is one object.
 * No function is longer than 80 lines.
 """
 
 import ast
+import collections.abc
+import importlib
 import itertools
 import json
 import re
+import threading
+import types
+import typing
+import weakref
 from pathlib import Path
 
 from _checkout import PRIVATE, ROOT, module_files, package_files
@@ -387,3 +396,154 @@ def test_the_map_layers_import_only_from_the_layers_above():
         if depth[imported] > depth[module]
     ]
     assert not upward, f"imports from a layer below in the guide's map: {upward}"
+
+
+# ------------------------------------------------------------- process state
+#: Containers a module-level name holds as a registry (mutable, process-wide).
+REGISTRY_TYPES = (
+    collections.abc.MutableMapping,
+    collections.abc.MutableSequence,
+    collections.abc.MutableSet,
+    weakref.WeakSet,
+    threading.local,
+)
+#: At most this many registries a module.
+MAX_REGISTRIES = 3
+#: Modules over the limit whose rework is under way on another branch: each
+#: is named with the names it holds, so that the test fails once the rework
+#: lands (remove the entry then).
+REWORK_UNDER_WAY: dict[str, list[str]] = {}
+
+
+def _is_registry(value: object) -> bool:
+    """A container, or a store or state object (what has ``clear`` or ``reset``);
+    not a class, a module, a function or a type alias (``list[int]``)."""
+    if isinstance(value, type | types.ModuleType | types.FunctionType) or (
+        typing.get_origin(value) is not None
+    ):
+        return False
+    return isinstance(value, REGISTRY_TYPES) or any(
+        callable(getattr(value, method, None)) for method in ("clear", "reset")
+    )
+
+
+def _module_level_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names - {name for name in names if name.startswith("__")}
+
+
+def registries() -> dict[str, list[str]]:
+    """Per module, its module-level registries: names it binds to a registry
+    (:func:`_is_registry`) and names its functions rebind (``global``)."""
+    import pytensor.compile.jax_ofg  # as in use: install() ran
+    import pytensor.link.jax.dispatch  # noqa: F401  (our JAX dispatch needs it)
+
+    found = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        module = vars(importlib.import_module(name))
+        bound = {
+            k
+            for k in _module_level_names(tree)
+            if k in module and _is_registry(module[k])
+        }
+        rebound = {
+            n
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Global)
+            for n in node.names
+        }
+        if bound | rebound:
+            found[name] = sorted(bound | rebound)
+    return found
+
+
+def test_no_module_holds_more_than_three_registries():
+    """Process-wide state sits in few places: the trace cache's in one object
+    (``cache/storage``'s ``STATE``, behind ``cache/api``)."""
+    held = registries()
+    crowded = {
+        name: names
+        for name, names in held.items()
+        if len(names) > MAX_REGISTRIES and REWORK_UNDER_WAY.get(name) != names
+    }
+    assert not crowded
+    stale = [
+        name for name in REWORK_UNDER_WAY if len(held.get(name, ())) <= MAX_REGISTRIES
+    ]
+    assert not stale, f"reworked now: remove {stale} from REWORK_UNDER_WAY"
+
+
+def test_the_trace_cache_keeps_its_state_in_one_object():
+    """Outside ``cache/storage``'s ``STATE``, the cache's modules hold no
+    registry but constant tables and the store on disk."""
+    from pytensor.compile._jax_ofg.cache.api import STATE, reset
+
+    held = {
+        name: names for name, names in registries().items() if name.startswith(CACHE)
+    }
+    assert held == {
+        f"{CACHE}.storage": ["STATE"],
+        # a constant table (read on every value described)
+        f"{CACHE}.fingerprints": ["_ATOMS"],
+        # entries on disk: a folder, no state of this process
+        f"{CACHE}.traces": ["_DISK"],
+    }
+    assert callable(STATE.reset) and reset.__module__ == CACHE_DOOR
+
+
+# --------------------------------------------------- the door, from outside
+#: The trace cache's own unit tests, which may open its modules.
+CACHE_OWN_TESTS = {
+    "tests/compile/test_jax_ofg_fingerprints.py",
+    "tests/compile/test_jax_ofg_trace_cache.py",
+    "tests/compile/test_jax_ofg_trace_allowlist.py",
+}
+#: Files another branch moves to the door (remove the entry once it has).
+MOVING_TO_THE_DOOR = {
+    # the benchmark room's rework (issue 65, the bench helper's branch)
+    "benchmarks/fingerprints.py",
+}
+#: A module of ``cache/`` named in code or in a script a test runs: dotted
+#: (``cache.traces``, ``cache import traces``) or its file.
+_CACHE_MODULE = re.compile(
+    r"_jax_ofg\.cache\.(\w+)|_jax_ofg\.cache import \(?\s*(\w+)|_jax_ofg/cache/(\w+)\.py"
+)
+
+
+def _windows(path: Path) -> list[str]:
+    """The modules of ``cache/`` but ``api`` that ``path`` names."""
+    return sorted(
+        {
+            named
+            for match in _CACHE_MODULE.finditer(path.read_text())
+            for named in match.groups()
+            if named and named != "api"
+        }
+    )
+
+
+def test_tests_benchmarks_and_examples_use_the_trace_cache_through_its_door():
+    files = [
+        path
+        for folder in ("tests", "benchmarks", "examples")
+        for path in sorted((CHECKOUT / folder).rglob("*.py"))
+    ] + [CHECKOUT / "conftest.py"]
+    through_a_window = {
+        relative: windows
+        for path in files
+        if (relative := str(path.relative_to(CHECKOUT))) not in CACHE_OWN_TESTS
+        and (windows := _windows(path))
+    }
+    assert set(through_a_window) == MOVING_TO_THE_DOOR, (
+        "outside the cache's own tests, only cache/api may be imported: "
+        f"{through_a_window}"
+    )

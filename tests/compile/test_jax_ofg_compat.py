@@ -497,6 +497,128 @@ def _check_make_cpu_client() -> None:
     )
 
 
+def _check_foreign_thread() -> None:
+    import ctypes
+    import threading
+
+    seen = []
+    callback = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(
+        lambda _: seen.append(compat.is_foreign_thread())
+    )
+    libc = ctypes.CDLL(None)
+    thread = ctypes.c_ulong()
+    libc.pthread_create(ctypes.byref(thread), None, callback, None)
+    libc.pthread_join(thread, None)
+    inside = []
+    python_thread = threading.Thread(
+        target=lambda: inside.append(compat.is_foreign_thread())
+    )
+    python_thread.start()
+    python_thread.join()
+    _require(
+        seen == [True] and inside == [False] and not compat.is_foreign_thread(),
+        "threading._DummyThread",
+        "no longer tells threads Python did not start",
+    )
+
+
+def _check_keep_python_thread_state() -> None:
+    import ctypes
+    import threading
+
+    seen = []
+
+    def called(_):
+        local.calls = getattr(local, "calls", 0) + 1
+        if local.calls == 1:
+            compat.keep_python_thread_state()
+        seen.append(local.calls)
+
+    local = threading.local()
+    callback = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(called)
+    twice = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(
+        lambda _: [callback(None) for _ in range(2)] and None
+    )
+    libc = ctypes.CDLL(None)
+    thread = ctypes.c_ulong()
+    libc.pthread_create(ctypes.byref(thread), None, twice, None)
+    libc.pthread_join(thread, None)
+    _require(
+        seen == [1, 2],
+        "PyGILState_Ensure (C API), never released",
+        f"no longer keeps a foreign thread's state between callbacks ({seen})",
+    )
+
+
+def _check_close_at_thread_exit() -> None:
+    import fcntl
+    import os
+    import tempfile
+    import threading
+
+    path = os.path.join(tempfile.mkdtemp(), "lease")
+
+    def hold():
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        compat.close_at_thread_exit(fd if fd > 2 else os.dup(fd))
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holder.join()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(1000):  # the C library's exit work follows Python's join
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                threading.Event().wait(0.001)
+        else:
+            _require(False, "pthread_key_create with close", "left the lock held")
+    finally:
+        os.close(fd)
+
+
+def _check_nutpie_make_sampler() -> None:
+    import dataclasses
+
+    import nutpie.compile_pymc as module
+
+    _check_method(
+        "nutpie CompiledPyMCModel._make_sampler",
+        module.CompiledPyMCModel,
+        "_make_sampler",
+        [
+            "self",
+            "settings",
+            "init_mean",
+            "cores",
+            "progress_type",
+            "extra_callback",
+            "extra_callback_rate",
+            "store",
+        ],
+    )
+    fields = {f.name for f in dataclasses.fields(module.CompiledPyMCModel)}
+    _require("user_data" in fields, "CompiledPyMCModel.user_data", "is gone")
+
+
+def _check_pymc_cpu_count() -> None:
+    import importlib
+    import inspect
+
+    module = importlib.import_module(compat.PYMC_SAMPLE_MODULE)
+    counter = getattr(module, compat.PYMC_CPU_COUNT, None)
+    _require(callable(counter), "pymc.sampling.mcmc._cpu_count", "gone")
+    source = inspect.getsource(module.sample)
+    _require(
+        source.index("model = modelcontext(") < source.index("_cpu_count()"),
+        "pymc.sampling.mcmc.sample",
+        "no longer resolves `model` before asking for its default cores",
+    )
+
+
 #: The check of each entry of ``compat.ENTRIES``.
 CHECKS = {
     "jax._src.tree_util._registry": _check_pytree_registry,
@@ -529,6 +651,14 @@ CHECKS = {
     "JitInfo fields fun_sourceinfo, fun_signature": _check_jit_options,
     "jax._src.lru_cache.LRUCache.put (path, _CACHE_SUFFIX)": _check_persistent_cache_class,
     "jaxlib.xla_client.make_cpu_client(asynchronous=)": _check_make_cpu_client,
+    "threading._DummyThread": _check_foreign_thread,
+    "PyGILState_Ensure (C API), never released": _check_keep_python_thread_state,
+    "pthread_key_create with the C library's close as destructor": (
+        _check_close_at_thread_exit
+    ),
+    "nutpie CompiledPyMCModel._make_sampler(settings, init_mean, cores, ...), "
+    "user_data": _check_nutpie_make_sampler,
+    "pymc.sampling.mcmc._cpu_count": _check_pymc_cpu_count,
 }
 
 
@@ -551,6 +681,7 @@ PRIVATE_USE = re.compile(
     r"|fun_sourceinfo|fun_signature"
     r"|\._props\(\)|ctx\.manager|_nconsts\b|const_lengths|\[.branches.\]"
     r"|jax_shape_parameter_as_tuple|jax_boolean_indexing"
+    r"|_DummyThread|PyGILState_|pthread_key_create"
 )
 
 

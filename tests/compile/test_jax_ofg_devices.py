@@ -36,14 +36,14 @@ report = {}
 
 
 def spy(program, seen):
-    serving = program._serving
+    serving = program.through_trace_cache
 
     def serve(*inputs):
         outputs = serving(*inputs)
         seen.update(str(d) for o in outputs for d in o.devices())
         return outputs
 
-    program._serving = serve
+    program.through_trace_cache = serve
 
 
 for flag in ("cpu", "cpu:1", "default"):

@@ -64,7 +64,8 @@ def run_code_blocks(text: str, name: str) -> int:
     naming the block whose output differs from its ``testoutput``.
     """
     checker = doctest.OutputChecker()
-    namespace = {"__name__": "__docs__"}
+    # As a script a reader runs: code under ``if __name__ == "__main__":`` runs.
+    namespace = {"__name__": "__main__"}
     ran, printed = 0, None
     for number, (kind, source) in enumerate(code_blocks(text)):
         if kind == "testoutput":

@@ -24,6 +24,7 @@ from test_jax_ofg_fusion import BodyCounter
 
 import pytensor
 import pytensor.tensor as pt
+from examples._sir_models import sir_nested_model
 from pytensor.compile._jax_ofg.islands import selection
 from pytensor.compile._jax_ofg.islands.op import JaxIsland, JaxIslandFallbackWarning
 from pytensor.compile._jax_ofg.islands.selection import find_islands, joins_islands
@@ -569,7 +570,7 @@ def test_nested_sir_logp_dlogp_is_one_island_called_directly(ravel_inputs):
 
     from pytensor.compile._jax_ofg.host.op import one_jax_op
 
-    model = models.sir_nested_model()
+    model = sir_nested_model()
     f = model.logp_dlogp_function(ravel_inputs=ravel_inputs)._pytensor_function
     (node,) = f.maker.fgraph.toposort()
     assert isinstance(node.op, JaxIsland)

@@ -23,7 +23,7 @@ from scipy import stats
 
 import pytensor
 import pytensor.tensor as pt
-from pytensor.compile._jax_ofg.cache.traces import Entry
+from pytensor.compile._jax_ofg.cache.api import Entry
 from pytensor.compile._jax_ofg.islands.op import JaxIsland
 
 

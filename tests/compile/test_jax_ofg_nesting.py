@@ -7,11 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _jax_ofg_models import interpolate_jax, solve_jax
 from _linkers import compile_function, jax_op_nodes
 
 import pytensor
 import pytensor.tensor as pt
+from examples._sir_models import interpolate_jax, solve_jax
 from pytensor.compile.jax_ofg import SymbolicCallable, as_jax_op
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from _checkout import PRIVATE, ROOT, module_files, package_files
 
-from pytensor.compile._jax_ofg.cache.environment import project_files
+from pytensor.compile._jax_ofg.cache.api import project_files
 
 
 CHECKOUT = ROOT

@@ -12,10 +12,11 @@ import json
 import re
 
 import pytest
-from _checkout import ROOT, module_files
+from _checkout import module_files
 
 import pytensor
 import pytensor.compile.jax_ofg  # adds every flag
+from pytensor.compile._jax_ofg import flags
 
 
 PRIVATE = "pytensor.compile._jax_ofg"
@@ -64,7 +65,7 @@ def test_the_patches_and_hooks_are_those_known():
         "patches.numba_direct_thunk",
         "patches.nutpie_adaptation",
         "patches.nutpie_host_callbacks",
-        "patches.pymc_start_method",
+        "patches.pymc_sampling",
         "patches.xla_cache",
         "patches.xla_cache_writes",
     ]
@@ -100,16 +101,17 @@ def test_nothing_else_patches_or_hooks():
     assert not outside
 
 
-def test_getting_started_lists_every_switch():
-    """The users' list, "What importing the package changes", names every flag."""
-    guide = (ROOT / "doc" / "getting_started.rst").read_text()
-    start = guide.index("What importing the package changes\n")
-    listed = guide[start:]
+def test_the_users_table_of_changes_lists_every_switch():
+    """The users' table, "What importing the package changes", is generated
+    from the flags that turn a change off (``test_jax_ofg_flags`` checks the
+    page shows it): each patch's and hook's flag is one."""
+    switches = {flag.name: flag for flag in flags.FLAGS if flag.change is not None}
     for name in LABELLED:
         for flag in re.findall(
             r"jax_ofg__\w+", sections(docstring(name))["Off switch"]
         ):
-            assert f"``{flag}" in listed, f"{flag} ({name})"
+            assert flag in switches, f"{flag} ({name})"
+    listed = " ".join(flag.change for flag in switches.values())
     assert "patches/" not in listed and "hooks/" not in listed  # no private paths
 
 
@@ -120,7 +122,7 @@ import json, sys
 import numpy as np
 import pytensor, pytensor.tensor as pt
 from pytensor.compile.jax_ofg import as_jax_op, trace_cache_info
-from pytensor.compile._jax_ofg.cache import environment
+from pytensor.compile._jax_ofg.cache.api import STATE
 from pytensor.compile._jax_ofg.hooks import audit_hook, monitoring_tool
 
 @as_jax_op
@@ -135,7 +137,8 @@ print(json.dumps(dict(
     audit_hook=audit_hook._installed,
     tool=monitoring_tool._claimed,
     tools_in_use=[i for i in (3, 4) if sys.monitoring.get_tool(i) is not None],
-    distributions=environment._distributions_at_start.cache_info().currsize,
+    distributions=len(STATE.distributions),
+    started_on=STATE.started_on,
     lookups=info["hits"] + info["misses"] + info["uncached"],
 )))
 """
@@ -156,9 +159,11 @@ def test_the_watch_and_its_hooks_run_only_with_the_trace_cache(mode, tmp_path):
             "tool": None,
             "tools_in_use": [],
             "distributions": 0,
+            "started_on": False,
             "lookups": 0,
         }
     else:
         assert state["audit_hook"] and state["tool"] in (3, 4)
         assert state["tools_in_use"] == [state["tool"]]
         assert state["distributions"] >= 1 and state["lookups"] > 0
+        assert state["started_on"]

@@ -160,7 +160,9 @@ def test_a_served_program_raises_what_equinox_raises(passing_calls):
     f = compile_function([mu], as_jax_op(checked)(mu), None)
     (node,) = f.maker.fgraph.toposort()
     program = node.op.program
-    assert program._serving is not program.raising  # served through the cache
+    assert (
+        program.through_trace_cache is not program.original.raising
+    )  # served by the cache
     original = jax.jit(checked)
     for value in (1.0, 2.0)[:passing_calls]:
         np.testing.assert_allclose(f(value), original(value), rtol=1e-15)
@@ -201,7 +203,7 @@ def test_a_served_program_runs_on_the_calling_thread_as_the_original():
     program = node.op.program
     np.testing.assert_allclose(f(0.3), jax.jit(decay)(0.3), rtol=1e-12)
     for _ in range(3):
-        assert all(b.is_ready() for b in program._serving(np.float64(0.3)))
+        assert all(b.is_ready() for b in program.through_trace_cache(np.float64(0.3)))
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from _linkers import LINKER_MODES, compile_function
 
 import pytensor.tensor as pt
 from pytensor.compile._jax_ofg import small_linalg
-from pytensor.compile._jax_ofg.cache.environment import environment_fingerprint
+from pytensor.compile._jax_ofg.cache.api import environment_fingerprint
 from pytensor.compile.jax_ofg import as_jax_op
 
 

@@ -743,6 +743,73 @@ def test_the_oldest_entries_go_beyond_the_size_limit_and_clear_empties_it(
     assert lookup(9)[0] == 9.0 and misses() == before + 11  # traced again
 
 
+def test_reset_forgets_what_the_cache_holds_in_memory_and_keeps_the_rest(tmp_path):
+    """``reset()``: no entry in memory and no memo, as in a new process; the
+    disk, the counts, what the process started with and the watch stay, in
+    the same containers (the watch's callbacks hold them)."""
+    from pytensor.compile._jax_ofg.cache import api
+    from pytensor.compile.jax_ofg import as_jax_op
+
+    state = api.STATE
+    x = pt.vector("x", shape=(3,))
+    with (
+        pytensor.config.change_flags(jax_ofg__trace_cache="on"),
+        api.trace_cache_dir_set_to(tmp_path),
+    ):
+
+        @as_jax_op
+        def halve(x):
+            return x / 2.0
+
+        halve(x)  # a watched trace, kept: memos filled
+        never = functools.partial(pytest.fail, "computed, not served")
+
+        def lookup(where, compute, persist=True):
+            return api.cached(
+                "reset-test", (where,), compute, name="f", persist=persist
+            )
+
+        lookup("memory", functools.partial(float, 1.0), persist=False)
+        lookup("disk", functools.partial(float, 2.0))
+        assert lookup("memory", never, persist=False) == 1.0  # kept in memory
+        memos = [
+            state.module_kinds,
+            state.code_info,
+            state.describers,
+            state.source_digests,
+            state.callable_verdicts,
+        ]
+        assert all(len(memo) > 0 for memo in memos) and len(state.entries) > 0
+
+        def kept():
+            return {
+                "counts": dict(state.counts),
+                "uncached": dict(state.uncached),
+                "distributions": dict(state.distributions),
+                "code_verdicts": len(state.code_verdicts),
+                "instrumented": len(state.instrumented),
+                "tool_id": state.tool_id,
+                "started_on": state.started_on,
+            }
+
+        before = kept()
+        containers = {
+            field: id(value)
+            for field in state.__slots__
+            if not isinstance(value := getattr(state, field), bool | int | Path | None)
+        }
+
+        api.reset()
+
+        assert [len(memo) for memo in memos] == [0] * len(memos)
+        assert len(state.entries) == 0
+        assert kept() == before
+        assert {field: id(getattr(state, field)) for field in containers} == containers
+        # In memory only: computed again; on disk: served from there.
+        assert lookup("memory", functools.partial(float, 3.0), persist=False) == 3.0
+        assert lookup("disk", never) == 2.0
+
+
 def test_the_suites_fresh_processes_verify_every_hit(tmp_path):
     # The suite's claim (conftest.py): fresh processes run with
     # jax_ofg__trace_cache=verify, read from the PYTENSORRC file it writes.

@@ -1,4 +1,5 @@
-"""The comparison with ``pytensor.wrap_jax`` (``doc/benchmarks.md``), claim by claim.
+"""The comparison with ``pytensor.wrap_jax``, claim by claim
+(``doc/guide/compared_with_wrap_jax.rst``).
 
 Each test states what ``as_jax_op`` does and what PyTensor's built-in wrapper
 (3.3.x) does on the same input, so the table cannot drift from the truth.

@@ -19,7 +19,7 @@ import pytest
 from _fresh_process import ROOT, SITECUSTOMIZE, run_python
 
 import pytensor.compile.jax_ofg  # noqa: F401  (registers its flags)
-from pytensor.compile._jax_ofg.cache.traces import Entry
+from pytensor.compile._jax_ofg.cache.api import Entry
 
 
 SCRIPT = ROOT / "examples" / "sbc_boarding_school.py"

@@ -9,9 +9,11 @@ exported program. Registers nothing.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import sys
+import threading
 from collections.abc import Callable
 from types import FrameType, ModuleType
 from typing import Any
@@ -54,6 +56,14 @@ ENTRIES: dict[str, str] = {
     "JitInfo fields fun_sourceinfo, fun_signature": "jit options without locations",
     "jax._src.lru_cache.LRUCache.put (path, _CACHE_SUFFIX)": "atomic XLA cache writes",
     "jaxlib.xla_client.make_cpu_client(asynchronous=)": "a CPU runtime per core",
+    "threading._DummyThread": "telling nutpie's threads from Python's",
+    "PyGILState_Ensure (C API), never released": "a nutpie thread's Python state kept",
+    "pthread_key_create with the C library's close as destructor": (
+        "a CPU lease closed when its thread exits"
+    ),
+    "nutpie CompiledPyMCModel._make_sampler(settings, init_mean, cores, ...), "
+    "user_data": "how many threads nutpie starts; which sampler a thread serves",
+    "pymc.sampling.mcmc._cpu_count": "pm.sample's default cores",
 }
 
 #: The releases the entries were last checked against.
@@ -410,6 +420,9 @@ def equation_context(equation: Any) -> Any:
 JAX_BACKEND = "pytensor.link.jax.dispatch"
 PYMC_SAMPLING_MODULES = ("pymc.sampling.mcmc", "pymc.smc.sampling")
 PYMC_START_METHOD_CHOOSER = "_initialize_multiprocessing_context"
+#: The module of ``pm.sample``, and the function it asks for its default cores.
+PYMC_SAMPLE_MODULE = "pymc.sampling.mcmc"
+PYMC_CPU_COUNT = "_cpu_count"
 
 
 # --------------------------------------------------------------------- nutpie
@@ -489,6 +502,62 @@ def caller_frame(depth: int) -> FrameType:
 
 
 # --------------------------------------------------------------------- Python
+def is_foreign_thread() -> bool:
+    """Return whether the calling thread was started outside Python (Rust's, C's).
+
+    Python knows such a thread only as a "dummy" thread, made when it first
+    runs Python code.
+    """
+    return isinstance(threading.current_thread(), threading._DummyThread)
+
+
+def keep_python_thread_state() -> None:
+    """Keep the calling thread's Python thread state until the process ends.
+
+    Called from a :mod:`ctypes` callback on a thread Python did not start:
+    ctypes makes a thread state for each call and deletes it on return,
+    so that every call would start afresh (its thread-local state, JAX's
+    among it). One more ``PyGILState_Ensure``, never released, keeps it.
+    """
+    ensure = ctypes.pythonapi.PyGILState_Ensure
+    ensure.restype = ctypes.c_int
+    ensure()
+
+
+_THREAD_EXIT_KEY: list[ctypes.c_uint] = []
+_KEY_LOCK = threading.Lock()
+
+
+def close_at_thread_exit(fd: int) -> None:
+    """Make the C library close the descriptor ``fd`` when the calling thread exits.
+
+    A POSIX thread-specific key whose destructor is the C library's ``close``:
+    when a thread exits, the C library calls it with the value the thread
+    set, the descriptor, without Python (whose state the thread may have
+    lost by then). ``close`` takes an int where a destructor takes a
+    pointer; the ABIs of Linux pass both in the first integer register. A
+    thread sets it once: a second call raises.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = _thread_exit_key(libc)
+    libc.pthread_getspecific.restype = ctypes.c_void_p
+    if libc.pthread_getspecific(key):
+        raise RuntimeError("this thread already has a descriptor closed at its exit")
+    if fd <= 0 or libc.pthread_setspecific(key, ctypes.c_void_p(fd)) != 0:
+        raise OSError(ctypes.get_errno(), f"pthread_setspecific failed for {fd}")
+
+
+def _thread_exit_key(libc: Any) -> ctypes.c_uint:
+    with _KEY_LOCK:
+        if not _THREAD_EXIT_KEY:
+            key = ctypes.c_uint()
+            close = ctypes.cast(libc.close, ctypes.c_void_p)
+            if libc.pthread_key_create(ctypes.byref(key), close) != 0:
+                raise OSError(ctypes.get_errno(), "pthread_key_create failed")
+            _THREAD_EXIT_KEY.append(key)
+        return _THREAD_EXIT_KEY[0]
+
+
 def import_entry_code() -> Any:
     """Return the code of CPython's import machinery entry (``_find_and_load``), or
     None.

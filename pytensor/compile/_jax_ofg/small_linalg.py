@@ -52,12 +52,11 @@ import numpy as np
 from jax import lax
 
 from pytensor import config
-from pytensor.configparser import IntParam
+from pytensor.compile._jax_ofg.flags import SMALL_LINALG_MAX_SIZE
 
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
-    "add_config_flag",
     "cholesky",
     "lu",
     "max_size",
@@ -66,30 +65,16 @@ __all__ = [
     "triangular_solve",
 ]
 
-#: The largest matrix (rows) lowered without LAPACK by default: the largest size
-#: at which both unrolled algorithms beat LAPACK's calls, measured by
-#: ``benchmarks/small_linalg.py`` (``benchmarks/results/small_linalg.md``: a
-#: solve in a loop, LU 0.65x and Cholesky 0.53x LAPACK's time at 10 x 10; at
-#: 12, Cholesky's unrolled n^3/6 scalar steps cost 3.1x and LU 0.85x).
-DEFAULT_MAX_SIZE = 10
-
-
-def add_config_flag() -> None:
-    """Add the PyTensor flag ``jax_ofg__small_linalg_max_size``."""
-    if not hasattr(config, "jax_ofg__small_linalg_max_size"):
-        config.add(
-            "jax_ofg__small_linalg_max_size",
-            "Square matrices of at most this many rows are factorised and "
-            "solved by unrolled XLA operations instead of LAPACK calls in every "
-            "JAX program compiled for the CPU in this process (0: always LAPACK).",
-            IntParam(DEFAULT_MAX_SIZE, lambda n: n >= 0),
-            in_c_key=False,
-        )
+#: The largest matrix (rows) lowered without LAPACK by default (how it was
+#: measured: ``flags.SMALL_LINALG_DEFAULT``).
+DEFAULT_MAX_SIZE: int = SMALL_LINALG_MAX_SIZE.default
 
 
 def max_size() -> int:
-    """Return the largest size lowered without LAPACK (the flag, or the default)."""
-    return int(getattr(config, "jax_ofg__small_linalg_max_size", DEFAULT_MAX_SIZE))
+    """Return the largest size lowered without LAPACK: the flag
+    ``jax_ofg__small_linalg_max_size`` (default and measurement: ``flags``),
+    read whenever a program is lowered."""
+    return int(SMALL_LINALG_MAX_SIZE.value)
 
 
 @contextlib.contextmanager

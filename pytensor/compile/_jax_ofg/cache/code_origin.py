@@ -18,6 +18,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pytensor.compile._jax_ofg.cache.storage import STATE
+
 
 __all__ = [
     "PROJECT_MODULE",
@@ -41,8 +43,6 @@ PROJECT_MODULE = re.compile(
     r"pytensor\.(compile\.jax_ofg|compile\._jax_ofg|link\.\w+\.dispatch\.jax_ofg)(\..*)?"
 )
 
-_MODULE_KINDS: dict[str, tuple[Any, Kind]] = {}
-
 
 def module_kind(name: str | None) -> Kind:
     """Return whether the module called ``name`` is stdlib, library, project or user
@@ -59,11 +59,11 @@ def module_kind(name: str | None) -> Kind:
         return USER
     module = sys.modules.get(name)
     file = getattr(module, "__file__", None)
-    cached = _MODULE_KINDS.get(name)
+    cached = STATE.module_kinds.get(name)
     if cached is not None and cached[0] == file:
         return cached[1]
     kind = _classify(name, module, file)
-    _MODULE_KINDS[name] = (file, kind)
+    STATE.module_kinds[name] = (file, kind)
     return kind
 
 

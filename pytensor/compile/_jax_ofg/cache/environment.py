@@ -20,6 +20,8 @@ import numpy as np
 from pytensor.compile._jax_ofg import compat
 from pytensor.compile._jax_ofg.cache.code_origin import is_inside
 from pytensor.compile._jax_ofg.cache.fingerprints import digest
+from pytensor.compile._jax_ofg.cache.storage import STATE
+from pytensor.compile._jax_ofg.flags import FLAGS
 
 
 __all__ = [
@@ -55,8 +57,9 @@ UNKEYED_FLAGS = frozenset(
 )
 
 
-#: This package's flags that change the programs it lowers: part of every key.
-KEYED_OWN_FLAGS = frozenset({"jax_ofg__small_linalg_max_size"})
+#: This package's flags that change the programs it lowers: part of every key
+#: (``keyed`` in the table of ``flags``).
+KEYED_OWN_FLAGS = frozenset(flag.name for flag in FLAGS if flag.keyed)
 
 
 #: JAX options that differ between runs for reasons that do not change a
@@ -143,20 +146,17 @@ def _default_backend() -> str:
     return jax.default_backend()
 
 
-_SOURCE_DIGESTS: dict[str, tuple[tuple[int, ...], str]] = {}
-
-
 def _file_digest(path: str) -> str:
     """Return the :func:`digest` of a file's content, read again when its stat changes."""
     stat = os.stat(path)
     # The inode and change time too: a file replaced or edited within the
     # modification time's resolution keeps its size and modification time.
     signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-    cached = _SOURCE_DIGESTS.get(path)
+    cached = STATE.source_digests.get(path)
     if cached is not None and cached[0] == signature:
         return cached[1]
     text = digest(Path(path).read_bytes())
-    _SOURCE_DIGESTS[path] = (signature, text)
+    STATE.source_digests[path] = (signature, text)
     return text
 
 
@@ -238,11 +238,6 @@ def _outside_packages(entries: Iterable[str]) -> list[str]:
     return [entry for entry in distinct if not in_a_package(entry)]
 
 
-@functools.cache
-def _distributions_at_start(path: tuple[str, ...]) -> tuple[str, ...]:
-    return _scan_distributions(path)
-
-
 def installed_distributions() -> tuple[str, ...]:
     """Every installed distribution, as this process first saw it.
 
@@ -255,7 +250,11 @@ def installed_distributions() -> tuple[str, ...]:
     >>> any(d.startswith("numpy-") for d in installed_distributions())
     True
     """
-    return _distributions_at_start(tuple(sys.path))
+    path = tuple(sys.path)
+    found = STATE.distributions.get(path)
+    if found is None:
+        found = STATE.distributions.setdefault(path, _scan_distributions(path))
+    return found
 
 
 def installed_distributions_changed() -> bool:

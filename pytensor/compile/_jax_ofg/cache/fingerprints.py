@@ -27,7 +27,7 @@ import itertools
 import sys
 import types
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
 import jax
@@ -35,6 +35,7 @@ import numpy as np
 
 from pytensor.compile._jax_ofg import compat
 from pytensor.compile._jax_ofg.cache.code_origin import Kind, module_kind
+from pytensor.compile._jax_ofg.cache.storage import STATE
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import AbstractFunctionGraph
 from pytensor.graph.op import Op
@@ -171,22 +172,18 @@ class _CodeInfo:
     codes: tuple[types.CodeType, ...]
 
 
-_CODE_INFO: dict[int, tuple[weakref.ref, _CodeInfo]] = {}
-
 _DYNAMIC_BUILTINS = frozenset({"eval", "exec", "globals", "__import__", "compile"})
 _DYNAMIC_ATTRIBUTES = frozenset({"getattr", "vars"})
 
 
 def _code_info(code: types.CodeType) -> _CodeInfo:
-    entry = _CODE_INFO.get(id(code))
+    memo = STATE.code_info
+    entry = memo.get(id(code))
     if entry is not None and entry[0]() is code:
         return entry[1]
     info = _compute_code_info(code)
     key = id(code)
-    _CODE_INFO[key] = (
-        weakref.ref(code, lambda _, t=_CODE_INFO: t.pop(key, None)),
-        info,
-    )
+    memo[key] = (weakref.ref(code, lambda _, t=memo: t.pop(key, None)), info)
     return info
 
 
@@ -347,7 +344,7 @@ class _Describer:
         atom = _ATOMS.get(cls)
         if atom is not None:
             return atom(value)
-        entry = _DISPATCH.get(cls) or _dispatch(cls)
+        entry = STATE.describers.get(cls) or _dispatch(cls)
         method, referenced = entry
         if not referenced:
             return method(self, value)
@@ -934,22 +931,26 @@ def _pytree_registration(cls: type) -> Any:
 
 
 #: by exact type (subclasses of the containers are described by ``subclass``)
-_EXACT: dict[type, Callable[[_Describer, Any], str]] = {
-    tuple: _Describer.tuple_,
-    list: _Describer.list_,
-    dict: _Describer.dict_,
-    set: _Describer.set_,
-    frozenset: _Describer.set_,
-    types.MethodType: _Describer.method,
-    types.BuiltinFunctionType: _Describer.builtin,
-    types.CodeType: lambda self, v: _const(v),
-    types.MappingProxyType: lambda self, v: f"mappingproxy({self.dict_(dict(v))})",
-    range: lambda self, v: repr(v),
-    slice: lambda self, v: f"slice({self(v.start)}, {self(v.stop)}, {self(v.step)})",
-    jax.tree_util.PyTreeDef: _Describer.treedef,
-}
+_EXACT: Mapping[type, Callable[[_Describer, Any], str]] = types.MappingProxyType(
+    {
+        tuple: _Describer.tuple_,
+        list: _Describer.list_,
+        dict: _Describer.dict_,
+        set: _Describer.set_,
+        frozenset: _Describer.set_,
+        types.MethodType: _Describer.method,
+        types.BuiltinFunctionType: _Describer.builtin,
+        types.CodeType: lambda self, v: _const(v),
+        types.MappingProxyType: lambda self, v: f"mappingproxy({self.dict_(dict(v))})",
+        range: lambda self, v: repr(v),
+        slice: lambda self, v: (
+            f"slice({self(v.start)}, {self(v.stop)}, {self(v.step)})"
+        ),
+        jax.tree_util.PyTreeDef: _Describer.treedef,
+    }
+)
 
-_BY_SUBCLASS: list[tuple[tuple[type, ...], Callable[[_Describer, Any], str]]] = [
+_BY_SUBCLASS: tuple[tuple[tuple[type, ...], Callable[[_Describer, Any], str]], ...] = (
     ((jax.Array, jax.core.Tracer), _Describer.jax_array),
     ((np.ndarray,), _Describer.ndarray),
     ((np.generic,), _Describer.scalar),
@@ -979,19 +980,16 @@ _BY_SUBCLASS: list[tuple[tuple[type, ...], Callable[[_Describer, Any], str]]] = 
         (types.CoroutineType, types.AsyncGeneratorType, types.FrameType),
         lambda self, v: self.refuse(v, "running code"),
     ),
-]
+)
 
 _UNREFERENCED = (tuple, frozenset, np.dtype, np.generic, types.ModuleType)
 
-#: per type: how to describe its instances, and whether to refer back to one
-#: met again (immutable values are described again: sharing them is not
-#: observable, and they cannot form cycles on their own)
-_DISPATCH: weakref.WeakKeyDictionary[
-    type, tuple[Callable[[_Describer, Any], str], bool]
-] = weakref.WeakKeyDictionary()
-
 
 def _dispatch(cls: type) -> tuple[Callable[[_Describer, Any], str], bool]:
+    """Return how to describe instances of ``cls``, and whether to refer back to
+    one met again (immutable values are described again: sharing them is not
+    observable, and they cannot form cycles on their own); kept per class in
+    ``STATE.describers``."""
     # By the MRO, not issubclass: an ABC's check walks all its subclasses.
     mro = set(cls.__mro__)
     method = _EXACT.get(cls)
@@ -1001,5 +999,5 @@ def _dispatch(cls: type) -> tuple[Callable[[_Describer, Any], str], bool]:
             _Describer.instance,
         )
     referenced = mro.isdisjoint(_UNREFERENCED)
-    entry = _DISPATCH[cls] = (method, referenced)
+    entry = STATE.describers[cls] = (method, referenced)
     return entry

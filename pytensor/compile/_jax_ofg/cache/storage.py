@@ -1,21 +1,29 @@
-"""Where the trace cache keeps entries: behind two methods, ``get`` and ``put``.
+"""What the trace cache keeps, and where: entries behind ``get`` and ``put``, and its state.
 
 As JAX's persistent compilation cache keeps programs, every store here is a
 :class:`Storage`: ``get(key)`` returns what ``put(key, value)`` kept (or
 None), and nothing else about it matters to the cache (``cache/traces``).
 :class:`MemoryStorage` keeps the most recently used entries of this process;
 :class:`DiskStorage` keeps pickled entries in a folder, each written whole or
-not at all (``files``), the folder under :data:`MAX_BYTES`. Registers nothing.
+not at all (``files``), the folder under :data:`MAX_BYTES`.
+
+Everything else the cache holds in this process -- its entries in memory,
+the record of its lookups, its memos, the watch's state -- is one object,
+:data:`STATE` (a :class:`CacheState`), with :meth:`CacheState.reset`; the
+other modules of ``cache/`` keep no state of their own. Registers nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import pickle
 import threading
-from collections import OrderedDict
+import types
+import weakref
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,7 +31,15 @@ from typing import Any, Protocol
 from pytensor.compile._jax_ofg.files import remove_orphans, write_whole
 
 
-__all__ = ["MAX_BYTES", "TEMPORARY_PREFIX", "DiskStorage", "MemoryStorage", "Storage"]
+__all__ = [
+    "MAX_BYTES",
+    "STATE",
+    "TEMPORARY_PREFIX",
+    "CacheState",
+    "DiskStorage",
+    "MemoryStorage",
+    "Storage",
+]
 
 #: A folder's size on disk at most; the oldest entries go first beyond it.
 MAX_BYTES = 512 * 2**20
@@ -175,3 +191,99 @@ class DiskStorage:
                 total -= stat.st_size
             if total <= MAX_BYTES:
                 return
+
+
+def _memory() -> MemoryStorage:
+    return MemoryStorage(1024)
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class CacheState:
+    """Everything the trace cache holds in this process: one instance, :data:`STATE`.
+
+    Its containers are made once and never replaced, only emptied (the
+    watch's callbacks hold them, bound as defaults: a local is the cheapest
+    lookup). :meth:`reset` forgets what the cache holds in memory.
+    """
+
+    # ------------------------------------------------ entries (``cache/traces``)
+    #: entries of this process, by ``"{key}.{kind}"``
+    entries: MemoryStorage = dataclasses.field(default_factory=_memory)
+    #: lookups so far: ``hits``, ``misses``, ``verified``, ``uncached``
+    counts: Counter = dataclasses.field(default_factory=Counter)
+    #: functions left uncached in this process: name -> the latest reason
+    uncached: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: per thread, the logs of the ``unproven_traces`` blocks under way
+    unproven: threading.local = dataclasses.field(default_factory=threading.local)
+    #: where entries go on disk instead of ``compiledir/jax_ofg_traces``
+    #: (``trace_cache_dir_set_to``), or None
+    folder: Path | None = None
+    # ---------------------------------------- what the process started with
+    #: whether the cache was on when the package was installed (else no
+    #: trace is kept)
+    started_on: bool = False
+    #: the installed distributions as this process first saw them, per
+    #: ``sys.path`` (``cache/environment``)
+    distributions: dict[tuple[str, ...], tuple[str, ...]] = dataclasses.field(
+        default_factory=dict
+    )
+    # ------------------------------------------------------------------ memos
+    #: module name -> (its file, where its code comes from) (``cache/code_origin``)
+    module_kinds: dict[str, tuple[Any, tuple[str, str]]] = dataclasses.field(
+        default_factory=dict
+    )
+    #: id of a code object -> (a weak reference to it, what describes it)
+    #: (``cache/fingerprints``)
+    code_info: dict[int, tuple[weakref.ref, Any]] = dataclasses.field(
+        default_factory=dict
+    )
+    #: class -> how to describe its instances (``cache/fingerprints``)
+    describers: weakref.WeakKeyDictionary = dataclasses.field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    #: source file -> (its stat signature, the digest of its content)
+    #: (``cache/environment``)
+    source_digests: dict[str, tuple[tuple[int, ...], str]] = dataclasses.field(
+        default_factory=dict
+    )
+    #: a C callable (or its type) -> what calling it does (``cache/watch``)
+    callable_verdicts: dict[Any, tuple[int, str]] = dataclasses.field(
+        default_factory=dict
+    )
+    # ---------------------------------------------------- the watch's hooks
+    #: the watching threads' states, by thread id
+    threads: dict[int, Any] = dataclasses.field(default_factory=dict)
+    #: the ``sys.monitoring`` tool id the watch holds, once it claimed one
+    tool_id: int | None = None
+    #: code objects seen, by id, with the verdict on each (kept alive, so that
+    #: no id is reused)
+    code_verdicts: dict[int, tuple[types.CodeType, int]] = dataclasses.field(
+        default_factory=dict
+    )
+    #: code objects whose calls the watch checks, by id
+    instrumented: dict[int, types.CodeType] = dataclasses.field(default_factory=dict)
+
+    def reset(self) -> None:
+        """Forget what the cache holds in memory: its entries and its memos.
+
+        The disk is untouched (``clear_trace_cache`` empties both). Kept: the
+        record of lookups (``trace_cache_info``'s counts and reasons), what
+        the process started with (the installed distributions, whether the
+        cache was on), a folder set by ``trace_cache_dir_set_to``, and the
+        watch -- its process-wide hooks cannot be removed, and ``sys.monitoring``
+        turns an event off for good for each code it judged, so its verdicts
+        on code stay with them -- and the watches under way.
+        """
+        self.entries.clear()
+        for memo in (
+            self.module_kinds,
+            self.code_info,
+            self.describers,
+            self.source_digests,
+            self.callable_verdicts,
+        ):
+            memo.clear()
+
+
+#: The trace cache's state in this process.
+STATE = CacheState()

@@ -5,9 +5,9 @@ the trace ran (:mod:`~pytensor.compile._jax_ofg.cache.watch` watches it: an
 allowlist); what cannot be keyed, or ran anything else, is not cached.
 Its entries are kept behind two methods, ``get`` and ``put``
 (``cache/storage``), under keys made in ``cache/keys``. Registers nothing
-itself: :func:`install` (run by :func:`pytensor.compile.jax_ofg.install`)
-adds the flag ``jax_ofg__trace_cache``. With it ``off``, nothing of the cache
-runs: no key, no watch (and none of its process-wide hooks), no entry.
+itself: :func:`install` is run by :func:`pytensor.compile.jax_ofg.install`.
+With the flag ``jax_ofg__trace_cache`` ``off``, nothing of the cache runs: no
+key, no watch (and none of its process-wide hooks), no entry.
 
 Notes
 -----
@@ -24,7 +24,6 @@ import dataclasses
 import logging
 import threading
 import types
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,20 +34,21 @@ from pytensor.compile._jax_ofg.cache.environment import (
     installed_distributions_changed,
 )
 from pytensor.compile._jax_ofg.cache.keys import Undescribable, trace_key
-from pytensor.compile._jax_ofg.cache.storage import DiskStorage, MemoryStorage
+from pytensor.compile._jax_ofg.cache.storage import STATE, DiskStorage
 from pytensor.compile._jax_ofg.cache.watch import paused, watching
-from pytensor.configparser import ConfigParam
+from pytensor.compile._jax_ofg.flags import TRACE_CACHE
 
 
 __all__ = [
+    "Entry",
     "StaleTraceError",
-    "add_config_flag",
     "cached",
     "clear_trace_cache",
     "install",
     "mode",
     "proven_trace",
     "trace_cache_dir",
+    "trace_cache_dir_set_to",
     "trace_cache_info",
     "unproven_traces",
 ]
@@ -63,60 +63,40 @@ class StaleTraceError(AssertionError):
 
 
 # ------------------------------------------------------------------- the flag
-_MODES = {"on": "on", "true": "on", "1": "on", "off": "off", "false": "off", "0": "off"}
-
-
-def _mode_value(value: Any) -> str:
-    text = str(value).strip().lower()
-    if text == "verify":
-        return "verify"
-    if text in _MODES:
-        return _MODES[text]
-    raise ValueError(
-        f"jax_ofg__trace_cache must be 'on', 'off' or 'verify' (or True/False), "
-        f"got {value!r}."
-    )
-
-
-def add_config_flag() -> None:
-    """Add the PyTensor flag ``jax_ofg__trace_cache`` (default ``on``)."""
-    if not hasattr(config, "jax_ofg__trace_cache"):
-        config.add(
-            "jax_ofg__trace_cache",
-            "Keep traces of pytensor-jax-ofg's wrapped functions (exported "
-            "programs, output types) in memory and in compiledir/jax_ofg_traces, "
-            "reused instead of tracing again: 'on', 'off', or 'verify' (trace "
-            "anyway and check every hit).",
-            ConfigParam("on", apply=_mode_value),
-            in_c_key=False,
-        )
-
-
 def mode() -> str:
-    """Return ``"on"``, ``"off"`` or ``"verify"`` (the flag)."""
-    return _mode_value(getattr(config, "jax_ofg__trace_cache", "off"))
+    """Return ``"on"``, ``"off"`` or ``"verify"``: the flag ``jax_ofg__trace_cache``
+    (``"off"`` before the package is installed), read at import and at every
+    lookup."""
+    return TRACE_CACHE.value
 
 
 def trace_cache_dir() -> Path | None:
-    """Return where traces are kept on disk; None when that is off."""
+    """Return where traces are kept on disk (``compiledir/jax_ofg_traces``, or the
+    folder :func:`trace_cache_dir_set_to` set); None when that is off."""
     if mode() == "off":
         return None
-    return Path(config.compiledir) / "jax_ofg_traces"
+    return STATE.folder or Path(config.compiledir) / "jax_ofg_traces"
+
+
+@contextlib.contextmanager
+def trace_cache_dir_set_to(folder: Path) -> Iterator[None]:
+    """Keep entries on disk in ``folder`` inside the block (a test run's own
+    folder: what earlier runs left in ``compiledir`` is not seen)."""
+    previous, STATE.folder = STATE.folder, Path(folder)
+    try:
+        yield
+    finally:
+        STATE.folder = previous
 
 
 # ----------------------------------------------------------------- statistics
-_COUNTS: Counter = Counter()
-#: Functions left uncached in this process: name -> why.
-_UNCACHED: dict[str, str] = {}
+#: Guards the record of lookups (``STATE.counts``, ``STATE.uncached``).
 _LOCK = threading.Lock()
 
 
 def _count(event: str) -> None:
     with _LOCK:
-        _COUNTS[event] += 1
-
-
-_UNPROVEN = threading.local()
+        STATE.counts[event] += 1
 
 
 def uncached(name: str, kind: str, reason: str) -> None:
@@ -126,10 +106,10 @@ def uncached(name: str, kind: str, reason: str) -> None:
     The :func:`unproven_traces` under way in this thread note it too.
     """
     with _LOCK:
-        _COUNTS["uncached"] += 1
-        first = _UNCACHED.get(name) != reason
-        _UNCACHED[name] = reason
-    for log in getattr(_UNPROVEN, "logs", ()):
+        STATE.counts["uncached"] += 1
+        first = STATE.uncached.get(name) != reason
+        STATE.uncached[name] = reason
+    for log in getattr(STATE.unproven, "logs", ()):
         log.append(f"{name} ({kind}): {reason}")
     if first:
         LOGGER.debug("trace cache: %s is not cached (%s): %s", name, kind, reason)
@@ -142,9 +122,9 @@ def unproven_traces() -> Iterator[list[str]]:
     An object built from such a trace (a host call's program) may not be
     reused later in the process either: what it depended on was not seen.
     """
-    logs = getattr(_UNPROVEN, "logs", None)
+    logs = getattr(STATE.unproven, "logs", None)
     if logs is None:
-        logs = _UNPROVEN.logs = []
+        logs = STATE.unproven.logs = []
     log: list[str] = []
     logs.append(log)
     try:
@@ -161,23 +141,16 @@ class Entry:
     value: Any
 
 
-#: Entries of this process, and on disk, by ``"{key}.{kind}"``.
-_MEMORY = MemoryStorage(1024)
+#: Entries on disk, by ``"{key}.{kind}"`` (in memory: ``STATE.entries``).
 _DISK = DiskStorage(lambda: trace_cache_dir())
-
-#: Whether the installed distributions were taken as the process started
-#: (:func:`install`, with the cache on): without, no trace is kept.
-_started_on = False
 
 
 def install() -> None:
-    """Add the flag; with the cache on, take the installed distributions as the
-    process starts (part of every key). With it off, nothing of the cache runs."""
-    global _started_on
-    add_config_flag()
+    """With the cache on, take the installed distributions as the process starts
+    (part of every key). With it off, nothing of the cache runs."""
     if mode() != "off":
         installed_distributions()
-        _started_on = True
+        STATE.started_on = True
 
 
 def cached[T](
@@ -301,7 +274,7 @@ def _changed_meanwhile(kind: str, parts: Any, key: str) -> str | None:
         return f"after its trace, {error}"
     if now != key:
         return "what its key describes changed while it was traced"
-    if not _started_on:
+    if not STATE.started_on:
         return "the trace cache was off when this process started"
     if installed_distributions_changed():
         return "packages were installed or upgraded since this process started"
@@ -309,17 +282,17 @@ def _changed_meanwhile(kind: str, parts: Any, key: str) -> str | None:
 
 
 def _lookup(name: str, persist: bool) -> Entry | None:
-    entry = _MEMORY.get(name)
+    entry = STATE.entries.get(name)
     if entry is None and persist:
         entry = _DISK.get(name)
         if not isinstance(entry, Entry):
             return None
-        _MEMORY.put(name, entry)
+        STATE.entries.put(name, entry)
     return entry
 
 
 def _store(name: str, entry: Entry, persist: bool) -> None:
-    _MEMORY.put(name, entry)
+    STATE.entries.put(name, entry)
     if persist:
         _DISK.put(name, entry)
 
@@ -342,9 +315,9 @@ def trace_cache_info() -> dict[str, Any]:
     folder = trace_cache_dir()
     entries = _DISK.stats()
     with _LOCK:
-        counts = {k: _COUNTS[k] for k in ("hits", "misses", "verified")}
-        counts["uncached"] = _COUNTS["uncached"]
-        reasons = dict(_UNCACHED)
+        counts = {k: STATE.counts[k] for k in ("hits", "misses", "verified")}
+        counts["uncached"] = STATE.counts["uncached"]
+        reasons = dict(STATE.uncached)
     return {
         "mode": mode(),
         "path": None if folder is None else str(folder),
@@ -357,5 +330,5 @@ def trace_cache_info() -> dict[str, Any]:
 
 def clear_trace_cache() -> None:
     """Empty the trace cache, in memory and on disk (``rm -r compiledir/jax_ofg_traces``)."""
-    _MEMORY.clear()
+    STATE.entries.clear()
     _DISK.clear()

@@ -64,6 +64,7 @@ import jax
 from pytensor.compile._jax_ofg import compat
 from pytensor.compile._jax_ofg.cache.code_origin import import_kind, module_kind
 from pytensor.compile._jax_ofg.cache.environment import UNKEYED_FLAGS
+from pytensor.compile._jax_ofg.cache.storage import STATE
 from pytensor.compile._jax_ofg.hooks import audit_hook, monitoring_tool
 
 
@@ -290,14 +291,15 @@ class _ThreadState:
         return bool(self.paused or self.imports) or not self.watches
 
 
-#: The watching threads' states, by thread id (read by every callback).
-_STATES: dict[int, _ThreadState] = {}
+# The watch's state is the cache's (``STATE``): the watching threads' states
+# by thread id (``threads``, read by every callback); the monitoring tool id
+# (``tool_id``); the non-JAX code objects seen, by id, whose CALL events are on
+# while anything is watched (``instrumented``). By identity, as everything
+# here: code objects that are equal (``==``: a notebook cell run again) are
+# other objects, with their own events. The callbacks, which run for every
+# event of a watched trace, take its containers as defaults: locals.
+#: Guards ``STATE.threads`` and the start and stop of monitoring.
 _LOCK = threading.Lock()
-_tool_id: int | None = None
-#: Non-JAX code objects seen, by id: their CALL events are on while anything
-#: is watched. By identity, as everything here: code objects that are equal
-#: (``==``: a notebook cell run again) are other objects, with their own events.
-_INSTRUMENTED: dict[int, types.CodeType] = {}
 
 
 def _refuse(state: _ThreadState, reason: str) -> None:
@@ -336,8 +338,8 @@ def watching(covered: Iterable[types.CodeType]) -> Iterator[TraceWatch]:
     watch = TraceWatch(covered, frozenset(map(id, covered)))
     ident = _get_ident()
     with _LOCK:
-        first = not _STATES
-        state = _STATES.setdefault(ident, _ThreadState([]))
+        first = not STATE.threads
+        state = STATE.threads.setdefault(ident, _ThreadState([]))
         state.watches.append(watch)
         try:
             started = not first or _start_monitoring()
@@ -357,8 +359,8 @@ def watching(covered: Iterable[types.CodeType]) -> Iterator[TraceWatch]:
 def _end_watch(state: _ThreadState, ident: int) -> None:
     state.watches.pop()
     if not state.watches and not state.paused:
-        _STATES.pop(ident, None)
-    if not _STATES:
+        STATE.threads.pop(ident, None)
+    if not STATE.threads:
         _stop_monitoring()
 
 
@@ -377,7 +379,7 @@ def paused() -> Iterator[None]:
     """Pause the watch: what runs in this block is no part of a watched trace (the
     cache's own work).
     """
-    state = _STATES.get(_get_ident())
+    state = STATE.threads.get(_get_ident())
     if state is None:
         yield
         return
@@ -389,11 +391,10 @@ def paused() -> Iterator[None]:
 
 
 def _start_monitoring() -> bool:
-    global _tool_id
-    if _tool_id is None:
+    if STATE.tool_id is None:
         # The process-wide hooks, added the first time a trace is watched.
         audit_hook.install(_on_audit)
-        _tool_id = monitoring_tool.claim(
+        STATE.tool_id = monitoring_tool.claim(
             "pytensor-jax-ofg trace cache",
             {
                 _EVENTS.PY_START: _on_start,
@@ -402,24 +403,26 @@ def _start_monitoring() -> bool:
                 _EVENTS.PY_UNWIND: _on_import_end,
             },
         )
-        if _tool_id is None:
+        if STATE.tool_id is None:
             return False
-    _monitoring.set_events(_tool_id, _EVENTS.PY_START | _EVENTS.PY_UNWIND)
-    for code in tuple(_INSTRUMENTED.values()):  # other threads may add to it
-        _monitoring.set_local_events(_tool_id, code, _local_events(code))
+    tool_id = STATE.tool_id
+    _monitoring.set_events(tool_id, _EVENTS.PY_START | _EVENTS.PY_UNWIND)
+    for code in tuple(STATE.instrumented.values()):  # other threads may add to it
+        _monitoring.set_local_events(tool_id, code, _local_events(code))
     _bracket_gc_callbacks()
     return True
 
 
 def _stop_monitoring() -> None:
-    if _tool_id is None:
+    tool_id = STATE.tool_id
+    if tool_id is None:
         return
-    _monitoring.set_events(_tool_id, 0)
+    _monitoring.set_events(tool_id, 0)
     for callback in (_pause_for_gc, _resume_after_gc):
         if callback in gc.callbacks:
             gc.callbacks.remove(callback)
-    for code in tuple(_INSTRUMENTED.values()):
-        _monitoring.set_local_events(_tool_id, code, 0)
+    for code in tuple(STATE.instrumented.values()):
+        _monitoring.set_local_events(tool_id, code, 0)
 
 
 # A collection runs wherever an allocation triggers it: its callbacks
@@ -434,15 +437,15 @@ def _bracket_gc_callbacks() -> None:
     gc.callbacks.append(_resume_after_gc)
 
 
-def _pause_for_gc(phase: str, info: dict) -> None:
-    state = _STATES.get(_get_ident())
+def _pause_for_gc(phase: str, info: dict, _threads: dict = STATE.threads) -> None:
+    state = _threads.get(_get_ident())
     if phase == "start" and state is not None:
         state.paused += 1
         state.collecting = True
 
 
-def _resume_after_gc(phase: str, info: dict) -> None:
-    state = _STATES.get(_get_ident())
+def _resume_after_gc(phase: str, info: dict, _threads: dict = STATE.threads) -> None:
+    state = _threads.get(_get_ident())
     if phase == "stop" and state is not None and state.collecting:
         state.collecting = False
         state.paused -= 1
@@ -455,19 +458,19 @@ def _local_events(code: types.CodeType) -> int:
 
 
 def _instrument(code: types.CodeType) -> None:
-    _INSTRUMENTED[id(code)] = code
-    _monitoring.set_local_events(_tool_id, code, _local_events(code))
+    STATE.instrumented[id(code)] = code
+    _monitoring.set_local_events(STATE.tool_id, code, _local_events(code))
 
 
 # ------------------------------------------------------------ Python code
 _SKIP, _CHECKED, _USER, _ENVIRONMENT, _FLAG, _IMPORT = range(6)
-#: Each code object seen, by id, and the verdict on it (the object is kept
-#: alive, so that its id is not reused).
-_CODE_VERDICTS: dict[int, tuple[types.CodeType, int]] = {}
 
 
-def _verdict_of(code: types.CodeType) -> int | None:
-    entry = _CODE_VERDICTS.get(id(code))
+def _verdict_of(
+    code: types.CodeType, _verdicts: dict = STATE.code_verdicts
+) -> int | None:
+    """The verdict on a code object seen (``STATE.code_verdicts``), or None."""
+    entry = _verdicts.get(id(code))
     return None if entry is None else entry[1]
 
 
@@ -520,17 +523,23 @@ def _code_verdict(code: types.CodeType, frame: types.FrameType) -> int:
     return _CHECKED
 
 
-def _on_start(code: types.CodeType, offset: int) -> Any:
-    verdict = _verdict_of(code)
+def _on_start(
+    code: types.CodeType,
+    offset: int,
+    _verdicts: dict = STATE.code_verdicts,
+    _threads: dict = STATE.threads,
+) -> Any:
+    entry = _verdicts.get(id(code))
+    verdict = None if entry is None else entry[1]
     if verdict is None:
         with _quietly():
             verdict = _code_verdict(code, compat.caller_frame(1))
-            _CODE_VERDICTS[id(code)] = (code, verdict)
+            _verdicts[id(code)] = (code, verdict)
             if verdict != _SKIP:
                 _instrument(code)
     if verdict in (_SKIP, _CHECKED):
         return _DISABLE
-    state = _STATES.get(_get_ident())
+    state = _threads.get(_get_ident())
     if state is None or state.paused or not state.watches:
         return None
     frame = compat.caller_frame(1)
@@ -570,8 +579,10 @@ def _on_start(code: types.CodeType, offset: int) -> Any:
     return None
 
 
-def _on_import_end(code: types.CodeType, offset: int, value: Any) -> Any:
-    state = _STATES.get(_get_ident())
+def _on_import_end(
+    code: types.CodeType, offset: int, value: Any, _threads: dict = STATE.threads
+) -> Any:
+    state = _threads.get(_get_ident())
     if (
         state is not None
         and state.imports
@@ -587,7 +598,6 @@ _quietly = paused
 
 # --------------------------------------------------------------- C calls
 _PURE, _OWN, _SYNC, _WORLD, _PYTHON = range(5)
-_CALLABLE_VERDICTS: dict[Any, tuple[int, str]] = {}
 _DESCRIPTORS = (
     types.MethodDescriptorType,
     types.WrapperDescriptorType,
@@ -701,8 +711,11 @@ def _verdict_key(callable_: Any, cls: type) -> Any:
     return (cls, None)
 
 
-def _callable_verdict(callable_: Any, cls: type) -> tuple[int, str]:
-    """Return ``(kind, "module.name")`` of what is called."""
+def _callable_verdict(
+    callable_: Any, cls: type, _verdicts: dict = STATE.callable_verdicts
+) -> tuple[int, str]:
+    """Return ``(kind, "module.name")`` of what is called (kept in
+    ``STATE.callable_verdicts``)."""
     if cls is types.MethodType:
         function = callable_.__func__
         if type(function) is types.FunctionType:
@@ -718,7 +731,7 @@ def _callable_verdict(callable_: Any, cls: type) -> tuple[int, str]:
         return _callable_verdict(owner, type(owner))
     key = _verdict_key(callable_, cls)
     try:
-        verdict = _CALLABLE_VERDICTS.get(key)
+        verdict = _verdicts.get(key)
     except TypeError:  # unhashable
         key, verdict = None, None
     if verdict is not None:
@@ -735,15 +748,21 @@ def _callable_verdict(callable_: Any, cls: type) -> tuple[int, str]:
         kind = _kind_of_name(module, name)
     verdict = (kind, f"{module}.{name}")
     if key is not None:
-        _CALLABLE_VERDICTS[key] = verdict
+        _verdicts[key] = verdict
     return verdict
 
 
-def _on_call(code: types.CodeType, offset: int, callable_: Any, arg0: Any) -> Any:
+def _on_call(
+    code: types.CodeType,
+    offset: int,
+    callable_: Any,
+    arg0: Any,
+    _threads: dict = STATE.threads,
+) -> Any:
     cls = type(callable_)
     if cls is types.FunctionType:
         return None  # its start is checked
-    state = _STATES.get(_get_ident())
+    state = _threads.get(_get_ident())
     if state is None or state.quiet:
         return None
     kind, name = _callable_verdict(callable_, cls)
@@ -813,7 +832,7 @@ def _check_caller(
 
 # ------------------------------------------------------------ audit events
 def _on_audit(
-    event: str, args: tuple, _states: dict = _STATES, _ident: Any = _get_ident
+    event: str, args: tuple, _states: dict = STATE.threads, _ident: Any = _get_ident
 ) -> None:
     # the defaults hold on at exit, when module globals are gone
     state = _states.get(_ident())

@@ -7,7 +7,9 @@ the parent notes whether JAX's backends are initialised; in the child, that
 note becomes ``host/fork_guard``'s flag, which every host call and every
 ``mode="JAX"`` function holding wrapped functions checks, raising
 :class:`~pytensor.compile._jax_ofg.host.fork_guard.ForkedAfterJaxError`
-instead of running JAX.
+instead of running JAX; and the child closes its copies of the parent's
+CPU leases (``cores/leases``), which would otherwise keep the parent's CPUs
+taken as long as the child lives.
 
 Why
 ---
@@ -38,7 +40,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from pytensor.compile._jax_ofg.flags import switch
+from pytensor.compile._jax_ofg.flags import FORK_GUARD
 
 
 __all__ = ["install"]
@@ -46,11 +48,7 @@ __all__ = ["install"]
 
 def install(before: Callable[[], None], after_in_child: Callable[[], None]) -> bool:
     """Register the handlers (Unix: elsewhere there is no fork); whether they are."""
-    if not hasattr(os, "register_at_fork") or not switch(
-        "jax_ofg__fork_guard",
-        "Make a process forked after JAX started raise ForkedAfterJaxError at "
-        "the first call of a wrapped function, instead of deadlocking in JAX.",
-    ):
+    if not hasattr(os, "register_at_fork") or not FORK_GUARD.value:
         return False
     os.register_at_fork(before=before, after_in_child=after_in_child)
     return True

@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 
 from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.flags import switch
+from pytensor.compile._jax_ofg.flags import MUTE_CALLBACK_LOGS
 
 
 __all__ = ["CALLBACK_LOGGER", "MuteCallbackLogs", "install"]
@@ -70,11 +70,7 @@ class MuteCallbackLogs(logging.Filter):
 
 def install() -> bool:
     """Add the filter to JAX's callback logger (once); whether it is there."""
-    if not switch(
-        "jax_ofg__mute_callback_logs",
-        "Drop JAX's log record of a failed callback when the error comes out "
-        "of one of pytensor-jax-ofg's calls, whose error names the function.",
-    ):
+    if not MUTE_CALLBACK_LOGS.value:
         return False
     logger = logging.getLogger(CALLBACK_LOGGER)
     if not any(isinstance(f, MuteCallbackLogs) for f in logger.filters):

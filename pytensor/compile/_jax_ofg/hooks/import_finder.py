@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
-from pytensor.compile._jax_ofg.flags import switch
+from pytensor.compile._jax_ofg.flags import DEFERRED_IMPORTS
 
 
 __all__ = ["RunAfterImport", "after_import"]
@@ -82,12 +82,7 @@ _LOCK = threading.Lock()
 
 def after_import(name: str, callback: Callback) -> None:
     """Call ``callback(module)`` now if ``name`` is imported, else right after it is."""
-    deferred = switch(
-        "jax_ofg__deferred_imports",
-        "Wait for PyTensor's JAX backend, PyMC's sampling modules and nutpie "
-        "to be imported before registering with them (one finder on "
-        "sys.meta_path), instead of importing them with this package.",
-    )
+    deferred = DEFERRED_IMPORTS.value
     with _LOCK:
         module = sys.modules.get(name)
         if module is None and deferred:

@@ -20,7 +20,8 @@ from pytensor.compile._jax_ofg.cache import api as trace_cache
 from pytensor.compile._jax_ofg.errors import report, runtime_error_counts
 from pytensor.compile._jax_ofg.host import fork_guard
 from pytensor.compile._jax_ofg.host.packing import DtypePacking, Plan
-from pytensor.compile._jax_ofg.host.programs import Program, host_device_name
+from pytensor.compile._jax_ofg.host.placement import host_device_name
+from pytensor.compile._jax_ofg.host.programs import Program
 from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.op import HasMultipleInnerGraph, is_thunk_type
 from pytensor.graph.traversal import apply_ancestors
@@ -96,11 +97,12 @@ class JaxHostOp:
         Looked up when a function is compiled, never per call: by the op
         without :attr:`copied_outputs` (how the host call hands outputs on)
         and what its wrapped functions compute now (a global edited since
-        gives another program), and the device it runs on (the flag
-        ``jax_ofg__host_device``). The op stays in the key: two functions that
-        describe alike may still hold different objects (a callback's
-        target). A program with a trace the trace cache did not keep is
-        replaced: what that trace depended on was not seen.
+        gives another program), the device it runs on (the flag
+        ``jax_ofg__host_device``) and the trace cache's mode (a program made
+        with the cache on is not served with it off). The op stays in the key:
+        two functions that describe alike may still hold different objects (a
+        callback's target). A program with a trace the trace cache did not
+        keep is replaced: what that trace depended on was not seen.
         """
         base = self.with_copied_outputs(None)
         try:
@@ -109,7 +111,7 @@ class JaxHostOp:
             names = ", ".join(self.wrapped_function_names())
             trace_cache.uncached(names, "program", str(error))
             return self._new_program(None)
-        key = (base, op_print, host_device_name())
+        key = (base, op_print, host_device_name(), trace_cache.mode())
         program = PROGRAMS.get(key)
         if program is None or not program.is_current():
             program = self._new_program(base)

@@ -316,14 +316,13 @@ def as_jax_op(
     name: str | None = None,
     output_types: Any = None,
     gradient: str = "auto",
-) -> Any:
+) -> JaxOpWrapper | Callable[[Callable], JaxOpWrapper]:
     """Make a JAX function callable with PyTensor variables: a :class:`JaxOpWrapper`.
 
     The function may take and return any pytree (dicts, lists, tuples,
-    namedtuples, equinox modules...). Leaves that are PyTensor variables become
-    the op's inputs; every other leaf (numbers, strings, None, callables,
-    NumPy/JAX arrays) is a static argument, baked into the op and part of its
-    identity. Called with PyTensor variables, the wrapper returns the output
+    equinox modules...). Leaves that are PyTensor variables become the op's
+    inputs; every other leaf (numbers, strings, None, callables, arrays) is a
+    static argument, part of the op's identity. The wrapper returns the output
     pytree with PyTensor variables at its array leaves; callables in it are
     :class:`SymbolicCallable`\\ s, which other wrapped functions can take.
 
@@ -334,19 +333,19 @@ def as_jax_op(
     name
         The op name shown in graphs (default: ``fn.__name__``).
     output_types
-        The output types, when JAX cannot infer them by tracing: a pytree of
-        :class:`~pytensor.tensor.type.TensorType` shaped like the function's
-        output, or a callable taking the call's arguments with every PyTensor
-        variable replaced by its type and returning such a pytree.
+        When tracing cannot infer them: a pytree of output
+        :class:`~pytensor.tensor.type.TensorType`, or a callable of the call's
+        arguments (each PyTensor variable replaced by its type) returning one.
     gradient
-        How gradients go through the function: ``"reverse"`` (``jax.vjp``),
-        ``"forward"`` (Jacobians from a ``vmap`` of the JVP over the
-        differentiated input directions, contracted with the cotangents) or
-        ``"auto"`` (the default): reverse mode, unless the function cannot go
-        through it (a loop only forward mode goes through, such as a diffrax
-        solve with ``adjoint=diffrax.ForwardMode()``), then forward; never
-        chosen by size. Pass ``"forward"`` for few parameters and a costly
-        (stiff) solve, where it wins (the guide's "Forward or reverse mode").
+        ``"reverse"`` (``jax.vjp``), ``"forward"`` (a ``vmap`` of the JVP over
+        the input directions: it wins for few parameters and a costly, stiff
+        solve) or ``"auto"`` (the default): reverse, unless only forward mode
+        goes through the function (``adjoint=diffrax.ForwardMode()``).
+
+    Returns
+    -------
+    JaxOpWrapper or Callable[[Callable], JaxOpWrapper]
+        The wrapped function; without ``fn``, a decorator that returns one.
 
     Examples
     --------
@@ -365,7 +364,7 @@ def as_jax_op(
     >>> f(np.ones((2, 3)), np.zeros(2), np.ones(3))
     array([6., 6.])
 
-    Unknown input lengths stay symbolic; constant output dims stay static:
+    Unknown input lengths stay symbolic, constant output dims static:
 
     >>> @as_jax_op
     ... def running_mean(y):

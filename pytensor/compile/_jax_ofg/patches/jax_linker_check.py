@@ -39,7 +39,7 @@ from typing import Any
 
 from pytensor.compile._jax_ofg import compat
 from pytensor.compile._jax_ofg.errors import report
-from pytensor.compile._jax_ofg.flags import switch
+from pytensor.compile._jax_ofg.flags import JAX_LINKER_CHECK
 from pytensor.compile._jax_ofg.hooks.import_finder import after_import
 from pytensor.compile._jax_ofg.host import fork_guard
 from pytensor.compile._jax_ofg.host.op import graph_holds_jax_ops, wrapped_functions_in
@@ -81,12 +81,7 @@ class ForkCheckedFunction:
 def install() -> None:
     """Install :func:`patch_jax_linker` when PyTensor's JAX backend is imported
     (now, if it is), unless switched off."""
-    if switch(
-        "jax_ofg__jax_linker_check",
-        "Make functions compiled with mode='JAX' that hold wrapped JAX "
-        "functions refuse to run in a process forked after JAX started, and "
-        "name the wrapped functions in their errors.",
-    ):
+    if JAX_LINKER_CHECK.value:
         after_import(compat.JAX_BACKEND, lambda backend: patch_jax_linker())
 
 

@@ -129,6 +129,5 @@ def install() -> bool:
     the wrapper reads :func:`~pytensor.compile._jax_ofg.small_linalg.max_size`
     whenever a program is lowered.
     """
-    small_linalg.add_config_flag()
     wrapped = [compat.wrap_cpu_lowering(name, rule) for name, rule in _RULES.items()]
     return all(wrapped)

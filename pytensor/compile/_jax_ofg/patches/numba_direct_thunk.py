@@ -38,7 +38,7 @@ import functools
 from collections.abc import Callable
 
 from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.flags import switch
+from pytensor.compile._jax_ofg.flags import NUMBA_DIRECT_THUNK
 from pytensor.compile._jax_ofg.host.op import input_cells, one_jax_op
 from pytensor.link.utils import raise_with_op
 
@@ -52,12 +52,7 @@ def install() -> bool:
     ``JITLinker`` has moved)."""
     from pytensor.link.numba.linker import NumbaLinker
 
-    if not switch(
-        "jax_ofg__numba_direct_thunk",
-        "Run a graph that is one JAX op (a model's logp_dlogp, usually) from a "
-        "Python thunk calling its XLA program, not from a Numba function "
-        "entering object mode.",
-    ):
+    if not NUMBA_DIRECT_THUNK.value:
         return False
 
     def wrap(create: Callable) -> Callable:

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.flags import switch
+from pytensor.compile._jax_ofg.flags import NUTPIE_DRAW_DIAG
 from pytensor.compile._jax_ofg.hooks.import_finder import after_import
 
 
@@ -103,9 +103,5 @@ def patch_nutpie_sample(module: ModuleType) -> bool:
 
 def install() -> None:
     """Patch ``nutpie.sample`` now, or when nutpie is imported, unless switched off."""
-    if switch(
-        "jax_ofg__nutpie_draw_diag",
-        "Make nutpie adapt the mass matrix of a model holding JAX ops from the "
-        "draws' variances (adaptation='draw_diag') unless told otherwise.",
-    ):
+    if NUTPIE_DRAW_DIAG.value:
         after_import("nutpie", patch_nutpie_sample)

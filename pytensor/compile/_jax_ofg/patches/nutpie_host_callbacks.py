@@ -44,7 +44,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.flags import switch
+from pytensor.compile._jax_ofg.flags import NUTPIE_HOST_CALLBACKS
 from pytensor.compile._jax_ofg.hooks.import_finder import after_import
 from pytensor.compile._jax_ofg.samplers.nutpie import compile_with_host_callbacks
 from pytensor.compile._jax_ofg.samplers.pymc import model_holds_jax_ops
@@ -95,10 +95,5 @@ def patch_nutpie_module(module: ModuleType) -> bool:
 def install() -> None:
     """Patch ``nutpie.compile_pymc`` now, or when it is imported, unless switched
     off."""
-    if switch(
-        "jax_ofg__nutpie_host_callbacks",
-        "Make nutpie's Numba backend call a model holding JAX ops through host "
-        "callbacks (its XLA program, called from C), not a numba.cfunc it "
-        "compiles in every process.",
-    ):
+    if NUTPIE_HOST_CALLBACKS.value:
         after_import(compat.NUTPIE_COMPILE_MODULE, patch_nutpie_module)

@@ -40,10 +40,10 @@ from pathlib import Path
 import jax
 
 from pytensor import config
-from pytensor.configparser import BoolParam
+from pytensor.compile._jax_ofg.flags import XLA_CACHE
 
 
-__all__ = ["MIN_COMPILE_SECONDS", "add_config_flag", "install", "xla_cache_dir"]
+__all__ = ["MIN_COMPILE_SECONDS", "install", "xla_cache_dir"]
 
 #: JAX's ``jax_persistent_cache_min_compile_time_secs`` when this package
 #: configures the cache. Measured on the CI box (XLA's compile and retrieval
@@ -54,19 +54,6 @@ __all__ = ["MIN_COMPILE_SECONDS", "add_config_flag", "install", "xla_cache_dir"]
 #: program that costs more than a cache read is kept; JAX's default of 1 s
 #: would also leave out programs compiling in 0.1-1 s.
 MIN_COMPILE_SECONDS = 0.1
-
-
-def add_config_flag() -> None:
-    """Add the PyTensor flag ``jax_ofg__xla_cache`` (default True)."""
-    if not hasattr(config, "jax_ofg__xla_cache"):
-        config.add(
-            "jax_ofg__xla_cache",
-            "Cache the XLA programs of pytensor-jax-ofg's ops on disk, in "
-            "compiledir/jax_ofg_xla, unless JAX's own cache directory is "
-            "configured.",
-            BoolParam(True),
-            in_c_key=False,
-        )
 
 
 def xla_cache_dir() -> Path:
@@ -82,9 +69,8 @@ def install() -> Path | None:
     Returns the directory, or None when the user configured JAX's cache
     themselves or turned it or ours off.
     """
-    add_config_flag()
     if (
-        not config.jax_ofg__xla_cache
+        not XLA_CACHE.value
         or not jax.config.jax_enable_compilation_cache
         or jax.config.jax_compilation_cache_dir
     ):

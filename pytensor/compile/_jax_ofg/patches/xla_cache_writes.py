@@ -47,7 +47,7 @@ from pathlib import Path
 
 from pytensor.compile._jax_ofg import compat
 from pytensor.compile._jax_ofg.files import remove_orphans, write_whole
-from pytensor.compile._jax_ofg.flags import switch
+from pytensor.compile._jax_ofg.flags import XLA_CACHE_ATOMIC_WRITES
 
 
 __all__ = ["TEMPORARY_PREFIX", "install"]
@@ -61,11 +61,7 @@ def install() -> bool:
     """Make JAX's persistent cache write each entry whole or not at all; whether the
     patch is in place (not when switched off, or when JAX's cache class moved:
     JAX's own writes then)."""
-    if not switch(
-        "jax_ofg__xla_cache_atomic_writes",
-        "Make JAX's persistent compilation cache write each entry whole or not "
-        "at all (a temporary file renamed into place).",
-    ):
+    if not XLA_CACHE_ATOMIC_WRITES.value:
         return False
     found = compat.persistent_cache_class()
     if found is None:

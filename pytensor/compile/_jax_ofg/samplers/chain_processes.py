@@ -1,37 +1,28 @@
-"""nutpie's chains in worker processes, each pinned to a core of its own.
+"""nutpie's chains in worker processes, each confined to a CPU of its own.
 
-nutpie runs chains on threads of one process. A model holding JAX ops runs
-its log-density as an XLA program, and XLA's CPU runtime runs each call on a
-pool of threads of its own, one per core the process may use: the work of
-every call moves from the calling thread to another core and back. For the
-small programs of small ODE models that hand-off is about half of a call. A
-process confined to one core gets a pool of one thread, on its caller's
-core; threads of one process share one pool, so chains on threads cannot
-each keep their calls on their own core, and processes can. On this
-project's 2-core machine, ``examples/stan_ode.py``'s two chains took 118
-µs per gradient per core in processes pinned to cores against 240 µs on
-nutpie's threads (``benchmarks/small_odes.py``). The price is each worker's
-start-up before its first draw, beside the others: its imports (about 3 s
-for PyMC, nutpie and JAX), the model's compilation (0.5 s once the trace and
-XLA caches hold it) and its program's first call.
-
-:func:`sample_in_processes` starts one worker per core, pinned (Linux's
-:func:`os.sched_setaffinity`) from its first instruction, sends it the model
-by :mod:`cloudpickle`, lets it compile the model for nutpie and sample its
-share of the chains with ``cores=1``, and merges the workers' traces along
-``chain``.
+``pm.sample()`` runs nutpie's chains on threads of one process, each pinned
+to a free CPU with an XLA runtime of its own
+(:mod:`~pytensor.compile._jax_ofg.cores.threads`). :func:`sample_in_processes`
+is the other way: one worker process per CPU, confined to it (Linux's
+:func:`os.sched_setaffinity`) from its first instruction, so that JAX's own
+CPU client sizes its thread pools to that one CPU. The CPUs are chosen as
+sampler threads choose theirs: by what no process of this package holds
+(a lease on each, handed to its worker: :func:`~pytensor.compile._jax_ofg.cores.api.worker_leases`),
+distinct physical cores first; a worker beyond the free CPUs runs where the
+OS puts it. Each worker gets the model by :mod:`cloudpickle`, compiles it
+for nutpie and samples its share of the chains with ``cores=1``; the
+workers' traces are merged along ``chain``. The price is each worker's
+start-up before its first draw: its imports, the model's compilation and
+its program's first call.
 
 Notes
 -----
-* Pinning is Linux's; elsewhere the workers run unpinned, in parallel but
-  without the faster calls.
+* Confinement is Linux's; elsewhere the workers run where the OS puts them.
 * The workers show no progress bar; a failing worker's output ends the
   :class:`ChainProcessError` that stops the others.
 * Each worker seeds its chains from its own seed, drawn from ``seed``: the
-  draws depend on the number of workers (by default the cores this process
-  may use), and differ from ``pm.sample``'s with the same seed.
-* ``pm.sample()`` keeps nutpie's threads: no worker start-up, which is worth
-  more than faster calls for short runs.
+  draws depend on the number of workers (by default the physical cores this
+  process may use), and differ from ``pm.sample``'s with the same seed.
 
 Examples
 --------
@@ -64,6 +55,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytensor.compile._jax_ofg.cores import api as cores_api
 from pytensor.compile._jax_ofg.samplers.nutpie import LOGP_SIGNATURE
 
 
@@ -187,7 +179,7 @@ def sample_in_processes(
     timeout: float | None = None,
     **sample_kwargs: Any,
 ) -> xr.DataTree:
-    """Sample a PyMC model with nutpie, its chains in processes pinned to cores.
+    """Sample a PyMC model with nutpie, its chains in processes confined to CPUs.
 
     Parameters
     ----------
@@ -199,9 +191,9 @@ def sample_in_processes(
     chains : int
         How many chains in all (4 by default).
     cores : int, optional
-        How many workers, each pinned to one of the cores this process may run
-        on; by default, and at most, as many as there are such cores, and at
-        most ``chains``, which are split among them as evenly as possible.
+        How many workers, each confined to a free CPU (others run where the OS
+        puts them); by default the physical cores this process may use, capped
+        by its quota, its CPUs and ``chains``, which are split among them.
     seed : int, optional
         The seed of every worker's own seed (a :class:`numpy.random.SeedSequence`);
         by default fresh entropy.
@@ -314,19 +306,17 @@ def run_chain_processes(
     compile_kwargs = dict(compile_kwargs or {})
     payload = _payload(model, compile_kwargs, sample_kwargs)
 
-    cpus = _usable_cpus()
-    workers = min(
-        cores or len(cpus) or os.cpu_count() or 1, len(cpus) or chains, chains
-    )
+    workers = min(cores or cores_api.default_cores(), cores_api.usable_cpus(), chains)
     shares = [chains // workers + (k < chains % workers) for k in range(workers)]
     seeds = np.random.SeedSequence(seed).generate_state(workers).tolist()
-    pins = [cpus[k] if cpus else None for k in range(workers)]
+    leases = cores_api.worker_leases(workers)
+    pins = [None if lease is None else lease.cpu for lease in leases]
 
     with tempfile.TemporaryDirectory(prefix="jax_ofg_chains_") as folder:
         jobs, logs, results, statuses = _write_jobs(
             Path(folder), payload, shares, seeds
         )
-        with _workers(jobs, logs, pins) as processes:
+        with _workers(jobs, logs, leases) as processes:
             interrupted = _wait(processes, logs, results, statuses, pins, timeout)
         done = {
             k: pickle.loads(result.read_bytes())
@@ -512,36 +502,13 @@ def _is_pymc_model(model: Any) -> bool:
     return pymc is not None and isinstance(model, pymc.Model)
 
 
-def _usable_cpus() -> list[int]:
-    """Return the cores this process may run on, or none where affinity is not Linux's."""
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return []
-
-
-@contextlib.contextmanager
-def _pinned_thread(cpu: int | None) -> Iterator[None]:
-    """Confine this thread to ``cpu`` for the block (Linux's affinity is per thread).
-
-    A process started inside the block inherits it from its first instruction,
-    before its interpreter starts any thread pool.
-    """
-    if cpu is None:
-        yield
-        return
-    previous = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cpu})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, previous)
-
-
 @contextlib.contextmanager
 def _workers(
-    jobs: list[Path], logs: list[Path], pins: list[int | None]
+    jobs: list[Path], logs: list[Path], leases: list[cores_api.Lease | None]
 ) -> Iterator[list[subprocess.Popen]]:
-    """Start a worker per job, each pinned to its core; kill them all on an error.
+    """Start a worker per job, each confined to its lease's CPU and holding the
+    lease (this process's copy is released once they started); kill them all
+    on an error.
 
     Each worker runs in a session of its own, so that a terminal's Ctrl-C
     reaches this process only, which passes it on (:func:`_wait`), and holds
@@ -553,8 +520,9 @@ def _workers(
     """
     processes: list[subprocess.Popen] = []
     try:
-        for job, log, cpu in zip(jobs, logs, pins):
-            with open(log, "wb") as output, _pinned_thread(cpu):
+        for job, log, lease in zip(jobs, logs, leases):
+            cpu = None if lease is None else lease.cpu
+            with open(log, "wb") as output, cores_api.pinned_while(cpu):
                 processes.append(
                     subprocess.Popen(
                         [sys.executable, "-c", _BOOTSTRAP, str(job)],
@@ -562,10 +530,17 @@ def _workers(
                         stdout=output,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
+                        pass_fds=() if lease is None else (lease.fd,),
                     )
                 )
+        for lease in leases:
+            if lease is not None:
+                lease.release()  # the worker holds it now
         yield processes
     except BaseException:
+        for lease in leases:
+            if lease is not None:
+                lease.release()
         for process in processes:
             if process.poll() is None:
                 process.kill()
@@ -780,7 +755,11 @@ def _work(job: dict[str, Any], start: float) -> int:
 
             # What pm.sample adds to nutpie's trace: the model's data groups.
             patch_nutpie_idata(trace, model, sampling_time=seconds["sampling"])
-        affinity = tuple(_usable_cpus())
+        affinity = (
+            tuple(sorted(os.sched_getaffinity(0)))
+            if hasattr(os, "sched_getaffinity")
+            else ()
+        )
         result = Path(job["result"])
         partial = result.with_suffix(".partial")
         partial.write_bytes(

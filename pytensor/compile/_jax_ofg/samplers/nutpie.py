@@ -31,7 +31,9 @@ Notes
   once ran no faster than from one; small systems (a stiff solver's Newton
   steps) make none (:mod:`~pytensor.compile._jax_ofg.small_linalg`).
 * Each nutpie thread keeps the Python thread state ctypes made for it
-  (:data:`MAX_PINNED_THREADS`).
+  (:data:`MAX_KEPT_THREAD_STATES`), and is pinned to a CPU of its own
+  (:mod:`~pytensor.compile._jax_ofg.cores.threads`) when the sampler that
+  started it planned it (:func:`start_session`).
 * ``numba.cfunc`` options passed to ``nutpie.compile_pymc_model`` keep
   nutpie's own function, compiled in every process.
 
@@ -53,6 +55,7 @@ import itertools
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -61,9 +64,9 @@ import jax
 import numpy as np
 
 from pytensor.compile._jax_ofg import compat
-from pytensor.compile._jax_ofg.host import cores
+from pytensor.compile._jax_ofg.cores import api as cores
 from pytensor.compile._jax_ofg.host.op import one_jax_op
-from pytensor.compile._jax_ofg.host.programs import runs_on_default_cpu
+from pytensor.compile._jax_ofg.host.placement import host_device, runs_on_cpu
 from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.fg import FunctionGraph
 
@@ -96,39 +99,64 @@ _EXPAND_RAISED = -2
 
 
 _THREADS = threading.local()
-_ensure_gil = ctypes.pythonapi.PyGILState_Ensure
-_ensure_gil.restype = ctypes.c_int
-#: Threads whose thread state is kept (each one a few kilobytes that live as
-#: long as the process): past it, a thread's calls make and delete their own.
-MAX_PINNED_THREADS = 1024
-_pinned = itertools.count()
+#: Threads whose Python thread state is kept (each one a few kilobytes that
+#: live as long as the process): past it, a thread's calls make and delete
+#: their own, and its pin and buffers are found by its native id.
+MAX_KEPT_THREAD_STATES = 1024
+_kept = itertools.count()
+#: The samplers running now, by the address of their ``user_data`` (nutpie
+#: passes it to every call): their threads' shares of the CPUs.
+_SESSIONS: dict[int, cores.SamplerSession] = {}
 
 
-def _enter_thread() -> None:
-    """At the first call from one of nutpie's threads: keep its Python thread state,
-    and pin it to a core of its own.
+def _enter_thread(user_data: int | None) -> None:
+    """At the first call from a thread (or from its new Python state): keep its
+    Python thread state, and pin it to a CPU of its own.
 
-    ctypes makes a thread state when a thread Python did not start calls back,
-    and deletes it when the callback returns, so every call would run in a new
-    Python thread, its thread-local state (JAX's among it) made again: two
-    chains on two cores ran slower than one. One more ``PyGILState_Ensure``,
-    never released, keeps it for the thread's lifetime and the process's (a
-    Rust thread's end is not seen from here), for the first
-    :data:`MAX_PINNED_THREADS` threads.
-
-    A thread that Python did not start (one of nutpie's chains, not a
-    Python thread calling the function itself) is then pinned to a core,
-    whose XLA runtime runs its programs
-    (:func:`~pytensor.compile._jax_ofg.host.cores.pin_this_thread`; the flag
-    ``jax_ofg__pin_sampler_threads``).
+    Only threads Python did not start (nutpie's chains, not a Python thread
+    calling the function itself) are pinned, and only for a sampler that
+    planned their CPUs (:func:`start_session`):
+    :meth:`~pytensor.compile._jax_ofg.cores.api.SamplerSession.pin_calling_thread`.
     """
     _THREADS.entered = True
-    if next(_pinned) < MAX_PINNED_THREADS:
-        _ensure_gil()
-    # Python knows a thread it did not start only as a "dummy" thread.
-    foreign = isinstance(threading.current_thread(), threading._DummyThread)
-    if foreign and runs_on_default_cpu():
-        cores.pin_this_thread()
+    if not compat.is_foreign_thread():
+        return
+    if next(_kept) < MAX_KEPT_THREAD_STATES:
+        compat.keep_python_thread_state()
+    session = _SESSIONS.get(user_data or 0)
+    if session is not None:
+        session.pin_calling_thread()
+
+
+def start_session(model: Any, threads: int) -> Any:
+    """Return ``model`` to sample with ``threads`` threads: a copy whose calls tell
+    the threads of this sampler from others', with their CPUs planned; the
+    model itself where pinning does not apply.
+
+    The session closes when the copy is gone (nutpie drops it with its
+    sampler): its threads still alive get their affinity back.
+    """
+    session = cores.start_session(threads) if host_runs_on_cpu() else None
+    if session is None:
+        return model
+    user_data = model.user_data.copy()  # an address of this sampler's own
+    address = user_data.ctypes.data
+    copy = dataclasses.replace(model, user_data=user_data)
+    _SESSIONS[address] = session
+    weakref.finalize(copy, _close_session, address)
+    return copy
+
+
+def _close_session(address: int) -> None:
+    session = _SESSIONS.pop(address, None)
+    if session is not None:
+        session.close()
+
+
+def host_runs_on_cpu() -> bool:
+    """Whether host calls run their programs on a CPU (the flag
+    ``jax_ofg__host_device``): only then are sampler threads pinned."""
+    return runs_on_cpu(host_device())
 
 
 class HostCallback:
@@ -213,16 +241,27 @@ def aliased_buffer(
     array, such as :func:`jax.dlpack.from_dlpack` gives, added 0.45 s to the
     first call of ``examples/stan_ode.py``'s log-density in a second process).
     """
-    size = math.prod(shape) * np.dtype(dtype).itemsize
-    raw = np.zeros(size + _XLA_ALIGNMENT, dtype=np.uint8)
-    start = -raw.ctypes.data % _XLA_ALIGNMENT
-    buffer = raw[start : start + size].view(dtype).reshape(shape)
-    with _on(device):
-        array = jax.device_put(buffer, may_alias=True)
-    if array.unsafe_buffer_pointer() != buffer.ctypes.data:
+    buffer = _aligned_empty(shape, dtype)
+    array = _aliasing(buffer, device)
+    if array is None:
         _log.debug("JAX copies host memory here: points are passed as NumPy arrays")
         return None, None
     return buffer, array
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Return a zeroed NumPy array whose data XLA's CPU client can alias."""
+    size = math.prod(shape) * np.dtype(dtype).itemsize
+    raw = np.zeros(size + _XLA_ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % _XLA_ALIGNMENT
+    return raw[start : start + size].view(dtype).reshape(shape)
+
+
+def _aliasing(buffer: np.ndarray, device: jax.Device | None) -> Any:
+    """Return a JAX array on ``device`` of ``buffer``'s memory, or None if JAX copies."""
+    with _on(device):
+        array = jax.device_put(buffer, may_alias=True)
+    return array if array.unsafe_buffer_pointer() == buffer.ctypes.data else None
 
 
 def _point_as_jax_array(function: Callable, point_type: Any) -> Callable:
@@ -234,22 +273,17 @@ def _point_as_jax_array(function: Callable, point_type: Any) -> Callable:
     JAX array that aliases a NumPy buffer of its own (:func:`aliased_buffer`)
     and copies the point into the buffer: the calls return only once XLA has
     read it (their outputs are read), and no other thread writes it. The
-    array is on the device of the thread's home core, if it is pinned to one
-    (:func:`~pytensor.compile._jax_ofg.host.cores.pin_this_thread`). A point of
-    unknown shape is passed as it is.
+    array is on the device of the runtime of the thread's CPU, if it is
+    pinned to one (:mod:`~pytensor.compile._jax_ofg.cores.threads`). A point
+    of unknown shape is passed as it is.
     """
     if None in point_type.shape:
         return function
     shape, dtype = tuple(point_type.shape), point_type.dtype
-    per_thread = threading.local()
+    per_thread = _PerThread(lambda device: aliased_buffer(shape, dtype, device))
 
     def of_point(point: np.ndarray, *rest: Any) -> Any:
-        try:
-            buffer, array = per_thread.point
-        except AttributeError:
-            buffer, array = per_thread.point = aliased_buffer(
-                shape, dtype, _home_device()
-            )
+        buffer, array = per_thread.get()
         if buffer is None:
             return function(point, *rest)
         buffer[...] = point
@@ -258,42 +292,66 @@ def _point_as_jax_array(function: Callable, point_type: Any) -> Callable:
     return of_point
 
 
+class _Slot(threading.local):
+    """A value per thread; None until set (a class default: no raise and catch)."""
+
+    value: Any = None
+
+
+class _PerThread:
+    """A value made once per calling thread and device, by ``make(device)``.
+
+    Found on the thread's Python state; a thread that lost it (nutpie's
+    threads past :data:`MAX_KEPT_THREAD_STATES`) finds it by its native id.
+    """
+
+    def __init__(self, make: Callable[[jax.Device | None], Any]):
+        self._make = make
+        self._made: dict[tuple[int, jax.Device | None], Any] = {}
+        self._slot = _Slot()
+
+    def get(self) -> Any:
+        value = self._slot.value
+        if value is None:
+            device = _home_device()
+            key = (threading.get_native_id(), device)
+            value = self._made.get(key)
+            if value is None:
+                value = self._made[key] = self._make(device)
+            self._slot.value = value
+        return value
+
+
 def _of_graph_inputs(
     op_function: Callable, node: Apply, fgraph: FunctionGraph
 ) -> Callable[..., Any]:
     """Return ``op_function`` of ``node``'s inputs as a function of ``fgraph``'s inputs.
 
-    ``node``'s constants (an island's data) are put once on each device that
-    calls use (JAX's default one, or the calling thread's home core's:
-    :func:`~pytensor.compile._jax_ofg.host.cores.pin_this_thread`), as the
-    Numba linker's thunks hold them.
+    ``node``'s constants (an island's data) are kept once, in memory aligned
+    for XLA, and given to each device that calls use (JAX's default one, or
+    the runtime of the calling thread's CPU) as arrays of that same memory,
+    never copied per device, as the Numba linker's thunks hold them.
     """
     if list(node.inputs) == list(fgraph.inputs):
         return op_function
     position = {x: i for i, x in enumerate(fgraph.inputs)}
-    data = [x.data if isinstance(x, Constant) else None for x in node.inputs]
+    data = [
+        _aligned_copy(x.data) if isinstance(x, Constant) else None for x in node.inputs
+    ]
     placed: dict[jax.Device | None, list] = {}
-    per_thread = threading.local()
 
-    def template() -> list:
-        try:
-            return per_thread.arguments
-        except AttributeError:
-            device = _home_device()
-            if device not in placed:
-                with _on(device):
-                    placed[device] = [
-                        None if x is None else jax.device_put(x) for x in data
-                    ]
-            per_thread.arguments = placed[device]
-            return per_thread.arguments
+    def place(device: jax.Device | None) -> list:
+        if device not in placed:
+            placed[device] = [None if x is None else _placed(x, device) for x in data]
+        return placed[device]
 
+    template = _PerThread(place)
     sources = [(i, position[x]) for i, x in enumerate(node.inputs) if x in position]
     if sources == [(0, 0)] and len(fgraph.inputs) == 1:  # a point, then data
-        return lambda point: op_function(point, *template()[1:])
+        return lambda point: op_function(point, *template.get()[1:])
 
     def call(*inputs):
-        arguments = template().copy()
+        arguments = template.get().copy()
         for i, source in sources:
             arguments[i] = inputs[source]
         return op_function(*arguments)
@@ -301,10 +359,31 @@ def _of_graph_inputs(
     return call
 
 
+def _aligned_copy(value: Any) -> np.ndarray:
+    """Return ``value`` copied into memory XLA's CPU client can alias.
+
+    Writeable (JAX copies a read-only array instead of aliasing it), and
+    private: nothing but the arrays that alias it holds it.
+    """
+    value = np.asarray(value)
+    copy = _aligned_empty(value.shape, value.dtype)
+    copy[...] = value
+    return copy
+
+
+def _placed(value: np.ndarray, device: jax.Device | None) -> Any:
+    """Return ``value`` on ``device``: its own memory where JAX can alias it."""
+    array = _aliasing(value, device)
+    if array is None:
+        with _on(device):
+            array = jax.device_put(value)
+    return array
+
+
 def _home_device() -> jax.Device | None:
-    """Return the device of the calling thread's home core, if it is pinned to one."""
-    share = cores.thread_share()
-    return None if share is None else share.home.device
+    """Return the device of the runtime of the calling thread's CPU, if it is pinned."""
+    pin = cores.thread_pin()
+    return None if pin is None or pin.runtime is None else pin.runtime.device
 
 
 def _on(device: jax.Device | None) -> contextlib.AbstractContextManager:
@@ -356,7 +435,7 @@ def logp_callback(
 
     def logp(dim, x, gradient_out, logp_out, user_data):
         if not getattr(_THREADS, "entered", False):
-            _enter_thread()
+            _enter_thread(user_data)
         if dim != n_dim:
             return _WRONG_SIZE
         try:
@@ -394,7 +473,7 @@ def expand_callback(
 
     def expand_draw(dim, expanded, x, out, user_data):
         if not getattr(_THREADS, "entered", False):
-            _enter_thread()
+            _enter_thread(user_data)
         if dim != n_dim or expanded != n_expanded:
             return _WRONG_SIZE
         try:
@@ -450,10 +529,13 @@ def host_callback_model_class(base: type) -> type:
             return with_host_callbacks(super().with_data(**updates))
 
         def _make_sampler(self, settings, init_mean, cores_, *args, **kwargs):
-            # nutpie starts a thread per core it is given, at most one per chain.
+            # nutpie's chains run on a thread per core it is given, at most one
+            # per chain.
             chains = getattr(settings, "num_chains", cores_)
-            cores.plan_sampler_threads(min(cores_, chains))
-            return super()._make_sampler(settings, init_mean, cores_, *args, **kwargs)
+            model = start_session(self, min(cores_, chains))
+            return super(HostCallbackPyMCModel, model)._make_sampler(
+                settings, init_mean, cores_, *args, **kwargs
+            )
 
     return HostCallbackPyMCModel
 

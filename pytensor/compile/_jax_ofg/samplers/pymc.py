@@ -1,7 +1,7 @@
 """Whether a PyMC model holds JAX ops, and the start method its processes need then.
 
 PyMC is made to pick :data:`SAFE_START_METHOD` for such models by
-``patches/pymc_start_method``. Registers nothing.
+``patches/pymc_sampling``. Registers nothing.
 """
 
 from __future__ import annotations

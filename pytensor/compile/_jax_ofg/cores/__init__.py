@@ -1,0 +1,1 @@
+"""Cores for sampler threads: the machine, machine-wide leases, runtimes, pinning."""
