@@ -10,6 +10,7 @@ give None, never a key that could be stale.
 import dataclasses
 import importlib
 import json
+import os
 import sqlite3
 import sys
 import textwrap
@@ -643,3 +644,40 @@ def test_a_distribution_is_pinned_by_how_it_was_installed(
         assert module_kind("fakepin") == kind
     finally:
         sys.modules.pop("fakepin", None)
+
+
+def test_a_library_is_found_by_its_record_not_by_locating_each_file(
+    tmp_path, monkeypatch
+):
+    """A distribution's RECORD is read, not each recorded file located: every
+    process computing a key classifies the libraries it meets, which record
+    hundreds to thousands of files (PyTensor 838, NumPy 1334, SciPy 2421)."""
+    package = tmp_path / "fakerecord"
+    package.mkdir()
+    (package / "__init__.py").write_text("VALUE = 1\n")
+    info = tmp_path / "fakerecord-2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: fakerecord\nVersion: 2.0\n"
+    )
+    many = "".join(f"fakerecord/part_{i}.py,,\n" for i in range(2000))
+    (info / "RECORD").write_text(
+        f"fakerecord/__init__.py,,\n{many}fakerecord-2.0.dist-info/RECORD,,\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fakerecord", raising=False)
+    importlib.import_module("fakerecord")
+    located = []
+    stat = os.stat
+
+    def counted_stat(path, *args, **kwargs):
+        located.append(path)
+        return stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counted_stat)
+    try:
+        assert module_kind("fakerecord") == ("library", "fakerecord==2.0")
+    finally:
+        sys.modules.pop("fakerecord", None)
+    recorded_parts = [p for p in map(str, located) if "part_" in p]
+    assert recorded_parts == []

@@ -25,6 +25,7 @@ from test_jax_ofg_fusion import BodyCounter
 import pytensor
 import pytensor.tensor as pt
 from examples._sir_models import sir_nested_model
+from pytensor.compile._jax_ofg.islands import selection
 from pytensor.compile._jax_ofg.islands.op import JaxIsland, JaxIslandFallbackWarning
 from pytensor.compile._jax_ofg.islands.selection import find_islands, joins_islands
 from pytensor.compile.io import In
@@ -350,6 +351,49 @@ def test_islands_are_convex_and_disjoint_on_random_graphs():
                 below = any(m in ancestors[k] for m in members)
                 above = any(k in ancestors[m] for m in members)
                 assert not (below and above)
+
+
+class JoinableCounter:
+    """Counts how often a graph's nodes are probed (and described for the trace
+    cache) to select its islands."""
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        probe = selection.joinable_nodes
+
+        def counted(fgraph, nodes):
+            self.count += 1
+            return probe(fgraph, nodes)
+
+        monkeypatch.setattr(selection, "joinable_nodes", counted)
+
+
+def test_a_graph_is_described_once_for_its_islands(monkeypatch):
+    """The value-and-gradient rewrite and the islands rewrite both select the
+    islands of the same graph: it is probed once, and still gives one island."""
+    probes = JoinableCounter(monkeypatch)
+    theta, logp = likelihood_graph()
+    f = compile_function([theta], [logp, pt.grad(logp, theta)], None)
+    assert len(islands(f)) == 1
+    assert probes.count == 1
+    np.testing.assert_allclose(f(THETA)[0], reference_logp(THETA), rtol=1e-12)
+
+
+def test_islands_are_selected_again_once_the_graph_changed(monkeypatch):
+    probes = JoinableCounter(monkeypatch)
+    theta, logp = likelihood_graph()
+    fgraph = FunctionGraph([theta], [logp, pt.grad(logp, theta)])
+    first = selection.select_islands(fgraph)
+    assert selection.select_islands(fgraph) == first
+    assert probes.count == 1
+    # A node without a JAX lowering after the forward op stays out of islands.
+    forward = next(n for n in fgraph.toposort() if isinstance(n.op, OpFromJax))
+    host_only = HostOnly()(forward.outputs[0])
+    fgraph.replace(forward.outputs[0], host_only)
+    again = selection.select_islands(fgraph)
+    assert probes.count == 2
+    assert host_only.owner in fgraph.apply_nodes
+    assert host_only.owner not in {n for island in again for n in island}
 
 
 # ================================================================= readable

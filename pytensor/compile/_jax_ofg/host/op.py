@@ -192,6 +192,8 @@ class JaxHostOp:
                 return [view.copy() if copy else view]
 
             return single_output_call
+        if static_plan is not None:  # a value and its gradient, say
+            return _static_outputs_call(program, static_plan, copied)
 
         plans: dict[tuple, Plan] = {}
 
@@ -205,9 +207,7 @@ class JaxHostOp:
         def host_call(*inputs: np.ndarray) -> list[np.ndarray]:
             buffers = program(*inputs)
             outputs = []
-            for (buffer, start, stop, shape), copy in zip(
-                static_plan or plan_for(inputs), copied
-            ):
+            for (buffer, start, stop, shape), copy in zip(plan_for(inputs), copied):
                 view = buffers[buffer][start:stop].reshape(shape)
                 outputs.append(view.copy() if copy else view)
             return outputs
@@ -268,6 +268,33 @@ class JaxHostOp:
         thunk.inputs, thunk.outputs, thunk.lazy = inputs, outputs, False
         thunk.perform = self.perform
         return thunk
+
+
+def _static_outputs_call(
+    program: Callable[..., list[np.ndarray]], plan: Plan, copied: Sequence[bool]
+) -> HostFunction:
+    """Return the host function of outputs of static shapes, packed as ``plan`` says.
+
+    Where each output lies is known once: per output, its buffer, its slice
+    of it, the shape to give the slice (None: it has it already) and whether
+    it is copied; a call only slices, reshapes where needed and copies.
+    """
+    picks = [
+        (buffer, slice(start, stop), None if shape == (stop - start,) else shape, copy)
+        for (buffer, start, stop, shape), copy in zip(plan, copied)
+    ]
+
+    def static_outputs_call(*inputs: np.ndarray) -> list[np.ndarray]:
+        buffers = program(*inputs)
+        outputs = []
+        for buffer, where, shape, private in picks:
+            view = buffers[buffer][where]
+            if shape is not None:
+                view = view.reshape(shape)
+            outputs.append(view.copy() if private else view)
+        return outputs
+
+    return static_outputs_call
 
 
 def writable_outputs(node: Apply) -> tuple[bool, ...]:

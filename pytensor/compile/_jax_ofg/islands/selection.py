@@ -15,6 +15,7 @@ Notes
 
 from __future__ import annotations
 
+import operator
 import warnings
 import weakref
 from collections.abc import Iterable, Sequence
@@ -346,15 +347,46 @@ def island_boundary(
     return [x for x in inputs if x not in baked], outputs
 
 
+#: Per graph: what it was when its islands were last selected, and those
+#: islands (the fusion rewrite asks first, this rewrite again, usually of the
+#: same graph).
+_SELECTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def select_islands(fgraph: FunctionGraph) -> list[list[Apply]]:
     """Return the islands of ``fgraph``: :func:`find_islands` seeded by its
     ``OpFromJax`` nodes.
+
+    Selected once per state of the graph: asked again of a graph whose
+    inputs, nodes and their inputs are the same, it gives the same islands
+    without describing the graph again for the trace cache.
     """
     nodes = fgraph.toposort()
+    state = _graph_state(fgraph, nodes)
+    selected = _SELECTED.get(fgraph)
+    if selected is not None and _same_objects(selected[0], state):
+        return [list(island) for island in selected[1]]
     seeds = [isinstance(node.op, OpFromJax) for node in nodes]
-    if not any(seeds):
-        return []
-    return find_islands(fgraph, nodes, joinable_nodes(fgraph, nodes), seeds)
+    islands = (
+        find_islands(fgraph, nodes, joinable_nodes(fgraph, nodes), seeds)
+        if any(seeds)
+        else []
+    )
+    _SELECTED[fgraph] = (state, [tuple(island) for island in islands])
+    return islands
+
+
+def _graph_state(fgraph: FunctionGraph, nodes: Sequence[Apply]) -> tuple:
+    """Return what the selection depends on: the graph's inputs, its nodes in order
+    and each node's inputs (the objects themselves)."""
+    state: list = [len(fgraph.inputs), *fgraph.inputs]
+    for node in nodes:
+        state += (node, len(node.inputs), *node.inputs)
+    return tuple(state)
+
+
+def _same_objects(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 def islands_enabled(mode) -> bool:
@@ -375,7 +407,9 @@ class FormJaxIslands(GraphRewriter):
     def apply(self, fgraph: FunctionGraph) -> None:
         if isinstance(get_active_mode(fgraph).linker, JAXLinker):
             return  # the whole graph is one XLA program already
-        for island in select_islands(fgraph):
+        islands = select_islands(fgraph)
+        _SELECTED.pop(fgraph, None)  # the graph changes now: keep none of it
+        for island in islands:
             inputs, outputs = island_boundary(fgraph, island)
             if not outputs or not all(
                 isinstance(x.type, TensorType) for x in (*inputs, *outputs)
