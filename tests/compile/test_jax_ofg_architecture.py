@@ -508,10 +508,7 @@ CACHE_OWN_TESTS = {
     "tests/compile/test_jax_ofg_trace_allowlist.py",
 }
 #: Files another branch moves to the door (remove the entry once it has).
-MOVING_TO_THE_DOOR = {
-    # the benchmark room's rework (issue 65, the bench helper's branch)
-    "benchmarks/fingerprints.py",
-}
+MOVING_TO_THE_DOOR: set[str] = set()
 #: A module of ``cache/`` named in code or in a script a test runs: dotted
 #: (``cache.traces``, ``cache import traces``) or its file.
 _CACHE_MODULE = re.compile(
