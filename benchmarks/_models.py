@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import _checkout  # noqa: F401  (the checkout's modules; the examples')
+import _room  # noqa: F401  (the checkout's modules; the examples')
 import _sir_models
 import jax.numpy as jnp
 import numpy as np

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from _checkout import STARTUP
+from _room import STARTUP
 
 
 #: How much of a failed child's stderr an error keeps.
@@ -160,7 +160,7 @@ def startup_env() -> dict[str, str]:
     """``PYTHONPATH`` that makes a process start as a benchmark does.
 
     Its folders: one holding a ``sitecustomize.py`` that runs
-    :data:`_checkout.STARTUP` (the checkout's modules, the examples'), which
+    :data:`_room.STARTUP` (the checkout's modules, the examples'), which
     Python runs in every process at start-up, the workers that ``spawn``,
     ``forkserver`` and Dask's nannies start included; then ``benchmarks/``
     (the room's helpers, :mod:`_models` and the rest, for scripts run from

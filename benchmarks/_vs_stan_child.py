@@ -27,7 +27,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 
-import _checkout  # noqa: E402, F401  (the checkout's modules; the examples')
+import _room  # noqa: E402, F401  (the checkout's modules; the examples')
 import _stan  # noqa: E402  (imports neither this package nor PyTensor)
 from _chains import KEY, chains_recorded, stan_at_once  # noqa: E402
 from _report import load_averages  # noqa: E402

@@ -24,8 +24,8 @@ import os
 import sys
 import time
 
-import _checkout  # noqa: F401  (the checkout's modules; the examples')
 import _report
+import _room  # noqa: F401  (the checkout's modules; the examples')
 import numpy as np
 from _report import fill, package_versions
 from _timing import median

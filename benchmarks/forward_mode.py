@@ -24,8 +24,8 @@ import argparse
 import os
 import sys
 
-import _checkout  # noqa: F401  (the checkout's modules)
 import _report
+import _room  # noqa: F401  (the checkout's modules)
 from _report import fill, package_versions
 
 

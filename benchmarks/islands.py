@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import _checkout  # noqa: F401  (the checkout's modules; the examples')
+import _room  # noqa: F401  (the checkout's modules; the examples')
 import numpy as np
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # as the example: NaN, not a raise
 
-from _checkout import EXAMPLES
 from _processes import run_python, startup_env
+from _room import EXAMPLES
 
 
 # Dask's workers start as this process did (the checkout's modules, the examples').

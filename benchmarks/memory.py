@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-import _checkout  # noqa: F401  (the checkout's modules)
 import _report
+import _room  # noqa: F401  (the checkout's modules)
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -42,8 +42,8 @@ import tempfile  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import _checkout  # noqa: E402
 import _report  # noqa: E402
+import _room  # noqa: E402
 from _chains import ThreadWatch  # noqa: E402
 from _processes import ChildFailed, run_python, start_python, wait_python  # noqa: E402
 from _report import fill, format_ratio  # noqa: E402
@@ -110,7 +110,7 @@ def processes_at_once(n: int, pin: bool, cache: Path, settings) -> dict:
 def sbc(pin: bool, cache: Path, settings) -> dict:
     """The SBC example at ``settings.sbc`` (fits, warm-up and draws)."""
     fits, length = settings.sbc
-    arguments = [_checkout.EXAMPLES / "sbc_boarding_school.py", "--fits", fits]
+    arguments = [_room.EXAMPLES / "sbc_boarding_school.py", "--fits", fits]
     arguments += ["--tune", length, "--draws", length, "--out", cache / "sbc.png"]
     try:
         done = run_python(

@@ -27,8 +27,8 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 
-import _checkout  # noqa: F401  (the checkout's modules)
 import _report
+import _room  # noqa: F401  (the checkout's modules)
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -71,8 +71,8 @@ from pathlib import Path  # noqa: E402
 os.environ.setdefault("EQX_ON_ERROR", "nan")  # exportable programs, as the examples
 
 import _chains  # noqa: E402
-import _checkout  # noqa: E402, F401  (the checkout's modules; stan_ode: the example)
 import _report  # noqa: E402
+import _room  # noqa: E402, F401  (the checkout's modules; stan_ode: the example)
 import _stan  # noqa: E402
 from _processes import ChildFailed, cache_env, run_python  # noqa: E402
 from _report import fill, package_versions  # noqa: E402

@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import _checkout  # noqa: F401  (the checkout's modules)
 import _report
+import _room  # noqa: F401  (the checkout's modules)
 import diffrax
 import jax
 import jax.numpy as jnp

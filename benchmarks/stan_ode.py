@@ -24,8 +24,8 @@ import json
 import os
 import time
 
-import _checkout  # noqa: F401  (the checkout's modules; the examples')
 import _report
+import _room  # noqa: F401  (the checkout's modules; the examples')
 from _processes import ChildFailed, run_python
 from _report import fill
 

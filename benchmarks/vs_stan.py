@@ -35,8 +35,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import _checkout  # noqa: F401  (the checkout's modules; the examples')
 import _report
+import _room  # noqa: F401  (the checkout's modules; the examples')
 from _boarding_school_report import Reference, agrees
 from _chains import at_once
 from _processes import ChildFailed, cache_env, run_python

@@ -64,7 +64,7 @@ def test_every_stored_table_has_its_runs_beside_it_and_is_rendered_above():
 
 
 def test_the_room_edits_no_import_path():
-    """Its modules come from where Python finds them (``benchmarks/_checkout.py``)."""
+    """Its modules come from where Python finds them (``benchmarks/_room.py``)."""
     for path in BENCHMARKS.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr == "path":

@@ -38,7 +38,7 @@ IN_CHECKOUT = (ROOT / "conftest.py").exists()
 #: Run at start-up by the processes a benchmark starts (see above).
 STARTUP = f"""
 import importlib.util
-_spec = importlib.util.spec_from_file_location("_checkout", {str(Path(__file__))!r})
+_spec = importlib.util.spec_from_file_location("_room", {str(Path(__file__))!r})
 _spec.loader.exec_module(importlib.util.module_from_spec(_spec))
 """
 
