@@ -54,6 +54,7 @@ import functools
 import itertools
 import logging
 import math
+import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -303,6 +304,8 @@ class _PerThread:
 
     Found on the thread's Python state; a thread that lost it (nutpie's
     threads past :data:`MAX_KEPT_THREAD_STATES`) finds it by its native id.
+    The values of exited threads are dropped when another thread's is made
+    (Linux's ``/proc``; elsewhere they stay).
     """
 
     def __init__(self, make: Callable[[jax.Device | None], Any]):
@@ -317,9 +320,18 @@ class _PerThread:
             key = (threading.get_native_id(), device)
             value = self._made.get(key)
             if value is None:
+                self._forget_exited_threads()
                 value = self._made[key] = self._make(device)
             self._slot.value = value
         return value
+
+    def _forget_exited_threads(self) -> None:
+        """Drop the values of threads that exited: they live as long as the thread."""
+        if not os.path.isdir("/proc/self/task"):
+            return
+        alive = {int(tid) for tid in os.listdir("/proc/self/task")}
+        for key in [key for key in self._made if key[0] not in alive]:
+            del self._made[key]
 
 
 def _of_graph_inputs(
