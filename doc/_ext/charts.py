@@ -42,7 +42,7 @@ def _fit_bars(model: str) -> dict[str, tuple[float, float | None]]:
     """Later processes only: the benchmark stores no first process of these fits."""
     return {
         label: (q.median(q.whole(run) for run in q.fits(model, route)), None)
-        for label, route in (("as_jax_op", "ours"), ("Stan", "stan"))
+        for label, route in (("as_jax_op", "pm_sample"), ("Stan", "stan"))
     }
 
 

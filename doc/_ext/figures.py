@@ -209,6 +209,23 @@ def islands_table() -> StoredTable:
     return table(header, rows)
 
 
+def trace_cache_table() -> StoredTable:
+    """``logp_dlogp`` per call in the default linker, the trace cache on and off."""
+    rows = []
+    for model, label in q.ISLAND_MODELS.items():
+        found = q.island_table(model)
+        rows.append(
+            [
+                label,
+                f"{found.cell('default, islands', 'ms per call')} ms",
+                f"{found.cell(q.CACHE_OFF, 'ms per call')} ms",
+                ratio(q.trace_cache_ratio(model)),
+            ]
+        )
+    header = ["model", "trace cache on", "trace cache off", "on / off"]
+    return table(header, rows)
+
+
 def start_up_table() -> StoredTable:
     """Stan's case study through nutpie: a first process and a later one."""
     rows = []
@@ -293,13 +310,13 @@ TABLES: dict[str, Callable[[], StoredTable]] = {
     "small_odes": small_ode_table,
     "per_call": per_call_table,
     "islands": islands_table,
+    "islands.trace_cache": trace_cache_table,
     "start_up": start_up_table,
     "default_route": default_route_table,
     "small_odes.start_up": stored("small_odes", "Start-up of a second process"),
     "small_odes.owners": stored("small_odes", "Whose code a second process runs"),
     "small_odes.two_chains": stored("small_odes", "Two chains (1000 + 1000)"),
     "small_odes.breakdown": stored("small_odes", "Where a gradient's time goes"),
-    "small_odes.lapack_threads": stored("small_odes", "Pure JAX with LAPACK"),
     "small_odes.per_call": stored("small_odes", "Value and gradient per call"),
     "cold_start.phases": stored("cold_start", "Where a first process's build"),
     "cold_start.wrapped_calls": stored("cold_start", "Compile time against"),
@@ -317,7 +334,6 @@ TABLES: dict[str, Callable[[], StoredTable]] = {
     "forward_scaling": stored("forward_scaling", "Forward-mode cost"),
     "many_fits.rate": stored("many_fits", "Many fits on Dask", 0),
     "many_fits.start_up": stored("many_fits", "Many fits on Dask", 1),
-    "checks_per_call": stored("checks_per_call", "Per call on equinox"),
     "islands.fixed_cost": stored("islands_quick", "Fixed cost"),
     "routes": stored("routes", "Every route but nutpie's"),
 }
@@ -355,6 +371,10 @@ FIGURES: dict[str, Callable[[], str]] = {
     "sir.wrap_jax.later": lambda: seconds(_sir("wrap_jax_nutpie")),
     "sir.stan.later": lambda: seconds(_sir_stan()),
     "sir.stan.first": lambda: seconds(q.whole(q.sir_runs("stan", q.STAN_BUDGET)[0])),
+    "lv.pm_sample": lambda: seconds(_fit("lv", "pm_sample")),
+    "lv.pm_sample.x_stan": lambda: ratio(_fit("lv", "pm_sample") / _fit("lv", "stan")),
+    "pk.pm_sample": lambda: seconds(_fit("pk", "pm_sample")),
+    "pk.pm_sample.x_stan": lambda: ratio(_fit("pk", "pm_sample") / _fit("pk", "stan")),
     "lv.ours": lambda: seconds(_fit("lv", "ours")),
     "lv.ours.x_stan": lambda: ratio(_fit("lv", "ours") / _fit("lv", "stan")),
     "lv.stan": lambda: seconds(_fit("lv", "stan")),
@@ -369,9 +389,7 @@ FIGURES: dict[str, Callable[[], str]] = {
     "lv.start_up.host_compile": lambda: seconds(
         q.start_up_phase("lv", "ours", "compile")
     ),
-    "checks.flag_in_python": lambda: ratio(
-        q.checks_ratio("sir: flagged program, flag read in Python, vs jit")
-    ),
+    "islands.trace_cache.sir": lambda: ratio(q.trace_cache_ratio("sir")),
     "lv.processes.start_up": lambda: seconds(
         q.median(
             q.lookup_in(run, "phases", "workers' start-up")
