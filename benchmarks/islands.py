@@ -281,27 +281,50 @@ def nutpie_run(model: pm.Model, args, **compile_kwargs) -> tuple[float, float, i
     return seconds, seconds / n_gradients, divergences
 
 
-def nutpie_sampling(model: pm.Model, args) -> dict[str, tuple]:
+def nutpie_sampling(model: pm.Model, args) -> dict[str, tuple | str]:
     """nutpie's Numba backend with and without islands, and its JAX backend."""
-    runs = {"Numba backend, islands": nutpie_run(model, args)}
+    runs = {"Numba backend, islands": attempt(lambda: nutpie_run(model, args))}
     with numba_mode_without_islands():
-        runs["Numba backend, no islands"] = nutpie_run(model, args)
-    runs["JAX backend"] = nutpie_run(model, args, backend="jax", gradient_backend="jax")
+        runs["Numba backend, no islands"] = attempt(lambda: nutpie_run(model, args))
+    runs["JAX backend"] = attempt(
+        lambda: nutpie_run(model, args, backend="jax", gradient_backend="jax")
+    )
     return runs
 
 
-def nutpie_rows(runs: dict[str, list]) -> list[list]:
-    target = runs["JAX backend"][1]
-    return [
-        [
-            label,
-            format_seconds(seconds, "s"),
-            format_seconds(per_gradient, "ms"),
-            format_ratio(per_gradient / target),
-            divergences,
-        ]
-        for label, (seconds, per_gradient, divergences) in runs.items()
-    ]
+def attempt(run: Callable[[], tuple]) -> tuple | str:
+    """A run's result, or why it failed: nutpie panics (pyo3's
+    ``PanicException``, a ``BaseException``) when a log-density call raises,
+    as its JAX backend does on a solve that hits ``max_steps``."""
+    try:
+        return run()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:
+        return f"failed: {type(error).__name__}: {str(error).splitlines()[0][:120]}"
+
+
+def nutpie_rows(runs: dict[str, list | str]) -> list[list]:
+    target = runs["JAX backend"]
+    rows = []
+    for label, run in runs.items():
+        if isinstance(run, str):
+            rows.append([label, run, "", "", ""])
+            continue
+        seconds, per_gradient, divergences = run
+        ratio = (
+            "" if isinstance(target, str) else format_ratio(per_gradient / target[1])
+        )
+        rows.append(
+            [
+                label,
+                format_seconds(seconds, "s"),
+                format_seconds(per_gradient, "ms"),
+                ratio,
+                divergences,
+            ]
+        )
+    return rows
 
 
 # -------------------------------------------------------------- fixed cost
