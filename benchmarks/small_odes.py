@@ -164,6 +164,7 @@ def compile_ours(name: str, route: str, phases: dict, owners=None):
     import numpy as np
     import nutpie
     import nutpie.compile_pymc
+    import pymc  # noqa: F401  (an example's build_model imports it inside)
 
     import pytensor.compile.jax_ofg  # noqa: F401
 

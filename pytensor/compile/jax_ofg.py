@@ -71,8 +71,6 @@ from pytensor.compile._jax_ofg.stan import diffrax_settings, stan_bound, stan_in
 from pytensor.compile._jax_ofg.tracing.shapes import ShapeInferenceError
 from pytensor.compile.mode import optdb
 from pytensor.graph.rewriting.basic import dfs_rewriter
-from pytensor.link.numba.dispatch import jax_ofg as numba_dispatch
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 
 
 __all__ = [
@@ -128,10 +126,7 @@ def install() -> None:
 
         after_import(compat.JAX_BACKEND, _register_jax_lowering)
         jax_linker_check.install()
-        register_funcify_and_cache_key(JaxHostOp)(
-            numba_dispatch.numba_funcify_JaxHostOp
-        )
-        numba_dispatch.bodies_module()
+        after_import(compat.NUMBA_DISPATCH, _register_numba_call)
         numba_direct_thunk.install()
 
         compat.register_vectorization(OpFromJax, vectorize_op_from_jax)
@@ -168,6 +163,21 @@ def _register_jax_lowering(backend) -> None:
 
     backend.jax_funcify.register(OpFromJax)(jax_funcify_OpFromJax)
     jax.config.update("jax_enable_x64", True)
+
+
+def _register_numba_call(dispatch) -> None:
+    """Register the Numba linker's call of :class:`JaxHostOp`, once PyTensor's Numba
+    dispatch is in.
+
+    Imported here, not at the top: PyTensor's Numba dispatch takes about a
+    tenth of a second to import, which a process compiling with another
+    linker, or none, need not pay.
+    """
+    from pytensor.link.numba.dispatch import jax_ofg as numba_dispatch
+    from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
+
+    register_funcify_and_cache_key(JaxHostOp)(numba_dispatch.numba_funcify_JaxHostOp)
+    numba_dispatch.bodies_module()
 
 
 def _register_rewrites() -> None:

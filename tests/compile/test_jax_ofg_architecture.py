@@ -38,6 +38,7 @@ from _fresh_process import run_script
 CHECKOUT = ROOT
 FACADE = "pytensor.compile.jax_ofg"
 JAX_DISPATCH = "pytensor.link.jax.dispatch.jax_ofg"
+NUMBA_DISPATCH = "pytensor.link.numba.dispatch.jax_ofg"
 #: The private package holding the implementation, one folder per subsystem.
 PRIVATE_PACKAGE = "pytensor.compile._jax_ofg"
 #: The trace cache, and its one door.
@@ -69,6 +70,9 @@ DEFERRED = {
     # Importing it imports PyTensor's JAX backend (~1 s), which a process
     # served by the trace cache never needs: registered when it is imported.
     (FACADE, "_register_jax_lowering", JAX_DISPATCH),
+    # Importing it imports PyTensor's Numba dispatch (~0.1 s), which a
+    # process compiling with another linker never needs.
+    (FACADE, "_register_numba_call", NUMBA_DISPATCH),
 }
 
 
@@ -165,7 +169,6 @@ def state():
     from pytensor.compile._jax_ofg.op.wrapper import SymbolicCallable
     from pytensor.graph.replace import _vectorize_node
     from pytensor.link.jax.linker import JAXLinker
-    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
     from pytensor.tensor.basic import _as_tensor_variable
     return dict(
         x64=bool(jax.config.jax_enable_x64),
@@ -173,7 +176,12 @@ def state():
             "pytensor.link.jax.dispatch" in sys.modules
             and OpFromJax in sys.modules["pytensor.link.jax.dispatch"].jax_funcify.registry
         ),
-        numba_funcify=JaxHostOp in numba_funcify_and_cache_key.registry,
+        numba_funcify=(
+            "pytensor.link.numba.dispatch.basic" in sys.modules
+            and JaxHostOp in sys.modules[
+                "pytensor.link.numba.dispatch.basic"
+            ].numba_funcify_and_cache_key.registry
+        ),
         vectorize=OpFromJax in _vectorize_node.registry,
         as_tensor=SymbolicCallable in _as_tensor_variable.registry,
         rewrites=sorted(
@@ -187,6 +195,7 @@ def state():
         xla_cache_dir=jax.config.jax_compilation_cache_dir is not None,
         import_hook=any(type(f).__name__ == "RunAfterImport" for f in sys.meta_path),
         jax_backend="pytensor.link.jax.dispatch" in sys.modules,
+        numba_dispatch="pytensor.link.numba.dispatch" in sys.modules,
         jax_linker=getattr(JAXLinker.jit_compile, "checks_forked_processes", False),
         numba_bodies=any(m.endswith("jax_ofg._bodies") for m in sys.modules),
         callback_log_filter=any(
@@ -202,14 +211,17 @@ facade.install()  # again: nothing new, no error
 again = state()
 import pytensor.link.jax.dispatch  # PyTensor's JAX backend: our lowering joins it
 backend = state()
-print(json.dumps(dict(before=before, after=after, again=again, backend=backend)))
+import pytensor.link.numba.dispatch  # PyTensor's Numba dispatch: our call joins it
+numba = state()
+print(json.dumps(dict(before=before, after=after, again=again, backend=backend, numba=numba)))
 """
 
 
 def test_only_the_facade_acts_on_the_process(tmp_path):
-    # Importing our JAX dispatch imports PyTensor's JAX backend, its package:
-    # it is imported with the backend, at the end.
-    others = sorted(name for name in MODULES if name not in (FACADE, JAX_DISPATCH))
+    # Importing our JAX (Numba) dispatch imports PyTensor's JAX backend
+    # (Numba dispatch), its package: it is imported with it, at the end.
+    facade_and_dispatch = (FACADE, JAX_DISPATCH, NUMBA_DISPATCH)
+    others = sorted(name for name in MODULES if name not in facade_and_dispatch)
     flags = f"floatX=float32,base_compiledir={tmp_path / 'compiledir'}"
     result = run_script(
         PROBE.format(modules=others),
@@ -230,6 +242,7 @@ def test_only_the_facade_acts_on_the_process(tmp_path):
         "xla_cache_dir": False,
         "import_hook": False,
         "jax_backend": False,
+        "numba_dispatch": False,
         "jax_linker": False,
         "numba_bodies": False,
         "callback_log_filter": False,
@@ -239,7 +252,9 @@ def test_only_the_facade_acts_on_the_process(tmp_path):
         # PyTensor's JAX backend (about a second to import) is not imported:
         # the lowering of OpFromJax is registered when it is.
         "jax_funcify": False,
-        "numba_funcify": True,
+        # Nor is its Numba dispatch (about a tenth of a second): the call of
+        # JaxHostOp is registered when it is.
+        "numba_funcify": False,
         "vectorize": True,
         "as_tensor": True,
         "rewrites": [
@@ -254,8 +269,9 @@ def test_only_the_facade_acts_on_the_process(tmp_path):
         "xla_cache_dir": True,
         "import_hook": True,
         "jax_backend": False,
+        "numba_dispatch": False,
         "jax_linker": False,
-        "numba_bodies": True,
+        "numba_bodies": False,
         "callback_log_filter": True,
     }
     assert report["again"] == after
@@ -266,6 +282,12 @@ def test_only_the_facade_acts_on_the_process(tmp_path):
         "jax_funcify": True,
         "jax_backend": True,
         "jax_linker": True,
+    }
+    assert report["numba"] == {
+        **report["backend"],
+        "numba_funcify": True,
+        "numba_dispatch": True,
+        "numba_bodies": True,
     }
 
 

@@ -412,12 +412,18 @@ def equation_context(equation: Any) -> Any:
     return equation.ctx.manager
 
 
-# ----------------------------------------------------------------------- PyMC
-#: The modules whose sampling functions choose PyMC's start method, and the
-#: function they import from ``pymc.sampling.parallel`` to do it.
+# ----------------------------------------------------- PyTensor's backends
 #: PyTensor's JAX backend: its ``jax_funcify`` lowers graphs to JAX (about a
 #: second to import; registered with when imported: ``hooks/import_finder``).
 JAX_BACKEND = "pytensor.link.jax.dispatch"
+#: PyTensor's Numba dispatch: its ``numba_funcify`` (about a tenth of a second
+#: to import; registered with when imported, as the JAX backend is).
+NUMBA_DISPATCH = "pytensor.link.numba.dispatch"
+
+
+# ----------------------------------------------------------------------- PyMC
+#: The modules whose sampling functions choose PyMC's start method, and the
+#: function they import from ``pymc.sampling.parallel`` to do it.
 PYMC_SAMPLING_MODULES = ("pymc.sampling.mcmc", "pymc.smc.sampling")
 PYMC_START_METHOD_CHOOSER = "_initialize_multiprocessing_context"
 #: The module of ``pm.sample``, and the function it asks for its default cores.

@@ -4,9 +4,10 @@ Changes
 -------
 Puts one finder (:class:`RunAfterImport`) first on :data:`sys.meta_path`
 while some module awaited is not imported yet. It answers only for those
-modules (PyTensor's JAX backend, PyMC's sampling modules, nutpie): it finds
-them as Python's own path finder does, and runs the callbacks waiting for one
-right after the module is executed. Every other import passes it by.
+modules (PyTensor's JAX backend and Numba dispatch, PyMC's sampling modules,
+nutpie): it finds them as Python's own path finder does, and runs the
+callbacks waiting for one right after the module is executed. Every other
+import passes it by.
 
 Why
 ---
