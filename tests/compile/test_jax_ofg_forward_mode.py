@@ -23,6 +23,7 @@ import pytensor.tensor as pt
 from pytensor.compile._jax_ofg.op.transforms import (
     ChosenGradient,
     GradientModeError,
+    _reverse_error,
 )
 from pytensor.compile.jax_ofg import OpFromJax, as_jax_op
 from pytensor.gradient import DisconnectedInputError
@@ -148,6 +149,32 @@ def test_auto_takes_forward_mode_when_reverse_mode_fails():
     np.testing.assert_allclose(
         f(value), 2 * jacobian.T @ dynamic_loop(value)[0], rtol=1e-12
     )
+
+
+def test_choosing_reverse_mode_traces_no_pullback():
+    """The choice reads the linearized function: a transpose (here, the custom
+    VJP's backward pass) is traced only where a loop may make it fail."""
+    backward_traced = []
+
+    @jax.custom_vjp
+    def sine(x):
+        return jnp.sin(x)
+
+    def backward(x, cotangent):
+        backward_traced.append(x.shape)
+        return (jnp.cos(x) * cotangent,)
+
+    sine.defvjp(lambda x: (jnp.sin(x), x), backward)
+
+    def looped_sine(x):
+        n = jnp.asarray(jnp.sum(jnp.abs(x)) > -1, "int32") * 3
+        return (jax.lax.fori_loop(0, n, lambda i, y: sine(y) + x, x),)
+
+    specs = [jax.ShapeDtypeStruct((3,), "float64")]
+    assert _reverse_error(lambda x: (sine(x) * 2.0,), specs) is None
+    assert backward_traced == []
+    failure = _reverse_error(looped_sine, specs)
+    assert failure.startswith("Reverse-mode differentiation does not work")
 
 
 def test_auto_keeps_reverse_mode_for_a_custom_vjp():

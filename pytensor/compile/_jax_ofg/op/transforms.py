@@ -97,15 +97,22 @@ def _zero_cotangent(output: Any) -> Any:
 def _reverse_error(fn: Callable, primals: Sequence[Any]) -> str | None:
     """JAX's error when reverse mode cannot go through ``fn``, else None.
 
-    An abstract trace of the VJP: the error comes when the JVP is
-    transposed, after the forward has been traced.
+    Reverse mode transposes the linearized function, and the one transpose
+    rule that fails so is a ``while`` loop's (a loop of tangents: its trip
+    count is a traced value). So the linearized function is traced first,
+    abstractly, and searched for a loop; only where it holds one is the
+    transpose traced too (the error comes when the JVP is transposed). The
+    transpose costs as much as the linearization again: seconds, for an ODE
+    solve's adjoint, in every process that traces it.
     """
+    specs = [jax.ShapeDtypeStruct(p.shape, p.dtype) for p in primals]
+    if not _linearized_holds_a_loop(fn, specs):
+        return None
 
     def pulled_back(*arrays):
         outputs, pullback = jax.vjp(fn, *arrays)
         return pullback(tuple(_zero_cotangent(o) for o in outputs))
 
-    specs = [jax.ShapeDtypeStruct(p.shape, p.dtype) for p in primals]
     try:
         jax.eval_shape(pulled_back, *specs)
     except Exception as error:
@@ -113,6 +120,42 @@ def _reverse_error(fn: Callable, primals: Sequence[Any]) -> str | None:
             return str(error).splitlines()[0]
         raise
     return None
+
+
+def _linearized_holds_a_loop(fn: Callable, specs: Sequence[Any]) -> bool:
+    """Whether the linearized function of ``fn`` (in its inexact inputs) at ``specs``
+    holds a ``while`` loop."""
+    differentiated = _differentiated(specs)
+    if not any(differentiated):
+        return False
+    linear_jaxprs = []
+
+    def linearized(*arrays):
+        restricted, inputs = _restrict(fn, arrays, differentiated)
+        outputs, linear = jax.linearize(lambda *a: tuple(restricted(*a)), *inputs)
+        linear_jaxprs.append(jax.make_jaxpr(linear)(*inputs))
+        return outputs
+
+    jax.eval_shape(linearized, *specs)
+    return _holds_a_loop(linear_jaxprs[0].jaxpr, set())
+
+
+def _holds_a_loop(jaxpr: Any, seen: set[int]) -> bool:
+    """Whether ``jaxpr``, or one it calls, holds a ``while`` loop."""
+    seen.add(id(jaxpr))
+    for equation in jaxpr.eqns:
+        if equation.primitive.name == "while":
+            return True
+        for value in equation.params.values():
+            for item in value if isinstance(value, tuple | list) else (value,):
+                inner = getattr(item, "jaxpr", item)  # a ClosedJaxpr's, or a Jaxpr
+                if (
+                    isinstance(inner, jax_core.Jaxpr)
+                    and id(inner) not in seen
+                    and _holds_a_loop(inner, seen)
+                ):
+                    return True
+    return False
 
 
 def _as_jaxpr_function(fn: Callable, primals: Sequence[Any]) -> Callable:
