@@ -35,7 +35,7 @@ from _report import load_averages  # noqa: E402
 
 PARAMETERS = ["beta", "gamma", "phi_inv", "R0", "recovery_time"]
 #: Routes whose model is this package's example (the others must not import it).
-OURS = ("ours_nutpie", "ours_pymc", "ours_pymc_cores2", "ours_numpyro")
+OURS = ("ours_nutpie", "ours_pymc", "ours_numpyro")
 ROUTES = (*OURS, "wrap_jax_nutpie", "pm_ode", "stan")
 
 
@@ -72,7 +72,6 @@ def pymc_route(args: argparse.Namespace, phases: dict) -> dict:
     # nutpie routes and pm_ode: pm.sample() as it is (nutpie when installed).
     options = {
         "ours_pymc": {"nuts_sampler": "pymc"},
-        "ours_pymc_cores2": {"nuts_sampler": "pymc", "cores": 2},
         "ours_numpyro": {
             "nuts_sampler": "numpyro",
             "nuts": {"chain_method": "sequential"},

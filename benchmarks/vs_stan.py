@@ -71,11 +71,6 @@ ROUTES = {
         "as above; NUTS in Python, chains in worker processes (forkserver, "
         "PyMC's default cores), each loading the compiled model",
     ),
-    # Runs stored before the call lost the cores the guide does not pass.
-    "ours_pymc_cores2": Route(
-        '`as_jax_op`, `pm.sample(nuts_sampler="pymc", cores=2)` (not the guide\'s)',
-        "as above, chains in 2 worker processes",
-    ),
     "ours_numpyro": Route(
         '`as_jax_op`, `pm.sample(nuts_sampler="numpyro")`',
         "model, solve and NUTS one XLA program (compiled in the sampling phase); "

@@ -20,6 +20,10 @@ from _scripts import BENCHMARKS, ROOT, imported_scripts
 RENDERED = {
     "cold_start": ("cold_start", lambda m: m.report(load("cold_start"))),
     "cold_start_nutpie": ("cold_start", lambda m: m.report(load("cold_start_nutpie"))),
+    "cold_start_first_value": (
+        "cold_start",
+        lambda m: m.report(load("cold_start_first_value")),
+    ),
     "default_route": ("default_route", lambda m: m.report(load("default_route"))),
     "forward_mode": ("forward_mode", lambda m: m.report(load("forward_mode"))),
     "islands_quick": ("islands", lambda m: m.report(load("islands_quick"))),

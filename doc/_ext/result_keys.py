@@ -53,7 +53,7 @@ def max_r_hat(run: dict) -> float:
 # ------------------------------------------- Stan's SIR case study (vs_stan)
 SIR_ROUTES = {
     "ours_nutpie": "`as_jax_op`, `pm.sample()` (nutpie)",
-    "ours_pymc": '`as_jax_op`, `pm.sample(nuts_sampler="pymc", cores=2)`',
+    "ours_pymc": '`as_jax_op`, `pm.sample(nuts_sampler="pymc")`',
     "ours_numpyro": '`as_jax_op`, `pm.sample(nuts_sampler="numpyro")`',
     "wrap_jax_nutpie": "`pytensor.wrap_jax`, `pm.sample()` (nutpie)",
     "stan": "Stan (`ode_rk45`), PyStan 3",
