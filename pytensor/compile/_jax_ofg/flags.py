@@ -205,13 +205,13 @@ TRACE_CACHE = Flag(
 DEFERRED_IMPORTS = Flag(
     "jax_ofg__deferred_imports",
     "Wait for PyTensor's JAX backend and Numba dispatch, PyMC's sampling modules "
-    "and nutpie to be imported before registering with them (one finder on sys.meta_path), "
-    "instead of importing them with this package.",
+    "and nutpie to be imported before registering with them (one finder on "
+    "sys.meta_path), instead of importing them with this package.",
     True,
     AT_IMPORT,
     change="One import finder on :data:`sys.meta_path` waits for PyTensor's JAX "
-    "backend and Numba dispatch, PyMC's samplers and nutpie, to register with them only once they "
-    "are imported (off: they are imported with the package).",
+    "backend and Numba dispatch, PyMC's samplers and nutpie, to register with "
+    "them only once they are imported (off: they are imported with the package).",
     off="False",
 )
 FORK_GUARD = Flag(
