@@ -619,6 +619,34 @@ def _check_pymc_cpu_count() -> None:
     )
 
 
+def _check_export_for_this_jaxlib() -> None:
+    import jax
+    import numpy as np
+
+    name = "jax._src.export._export._module_to_bytecode"
+    found = compat.export_serializer()
+    _require(found is not None, name, "moved, or what it serializes with did")
+    ignored = compat.forward_compatibility_ignored()
+    _require(
+        ignored is not None,
+        "jax._src.config.export_ignore_forward_compatibility",
+        "is gone",
+    )
+    spec = jax.ShapeDtypeStruct((3,), np.float64)
+    with ignored:  # lowered as jax.jit lowers: a kernel of this jaxlib
+        lowered = jax.jit(jax.lax.lgamma).trace(spec).lower()
+    module = lowered.compiler_ir("stablehlo")
+    serialized = compat.serialize_at_current_version(module)
+    module_object, attribute = found
+    _require(
+        isinstance(serialized, bytes)
+        and callable(getattr(module_object, attribute))
+        and "cpu_lgamma_ffi" in str(module),
+        name,
+        "no longer serializes a module at this jaxlib's StableHLO version",
+    )
+
+
 #: The check of each entry of ``compat.ENTRIES``.
 CHECKS = {
     "jax._src.tree_util._registry": _check_pytree_registry,
@@ -659,6 +687,10 @@ CHECKS = {
     "nutpie CompiledPyMCModel._make_sampler(settings, init_mean, cores, ...), "
     "user_data": _check_nutpie_make_sampler,
     "pymc.sampling.mcmc._cpu_count": _check_pymc_cpu_count,
+    "jax._src.export._export (_module_to_bytecode, _jax.mlir, hlo, xb); "
+    "jax._src.config.export_ignore_forward_compatibility": (
+        _check_export_for_this_jaxlib
+    ),
 }
 
 

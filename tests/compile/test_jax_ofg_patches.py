@@ -58,6 +58,7 @@ def test_the_patches_and_hooks_are_those_known():
         "hooks.at_fork",
         "hooks.audit_hook",
         "hooks.callback_logs",
+        "hooks.export_serializer",
         "hooks.import_finder",
         "hooks.monitoring_tool",
         "patches.jax_linker_check",

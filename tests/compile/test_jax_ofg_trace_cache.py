@@ -823,3 +823,36 @@ def test_the_suites_fresh_processes_verify_every_hit(tmp_path):
         timeout=120,
     )
     assert done.stdout.split() == ["verify"]
+
+
+def test_a_kept_program_is_what_jax_jit_compiles_and_others_exports_stay_portable():
+    """A program the cache keeps is lowered as ``jax.jit`` lowers it for this jaxlib
+    (the CPU kernels of lgamma and digamma), and computes what it computes to the
+    last bit; an export anyone else makes stays as portable as JAX makes it.
+
+    ``jax.export``'s forward-compatible lowering swapped the kernels for
+    polynomial approximations: the SIR case study's program doubled in size,
+    and XLA took twice as long to compile it, in every cold process.
+    """
+    import jax
+    from jax.scipy.special import digamma, gammaln
+
+    from pytensor.compile._jax_ofg.host.exports import Exported, export_jaxpr
+
+    def f(x, y):
+        return (gammaln(x) * y + digamma(y) - jax.lax.fmuladd(x, y, 1.0),)
+
+    x, y = np.linspace(0.3, 40.0, 64), np.linspace(0.7, 9.0, 64)
+    specs = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in (x, y)]
+    entry = export_jaxpr(jax.make_jaxpr(f)(*specs), specs, ((64,),), "cpu")
+    assert isinstance(entry, Exported)
+    program = entry.program()
+    text = program.mlir_module()
+    assert "cpu_lgamma_ffi" in text and "cpu_digamma_ffi" in text
+    (got,) = program.call(x, y)
+    (want,) = jax.jit(f)(x, y)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+    portable = jax.export.export(jax.jit(f))(*specs)
+    assert "lgamma_ffi" not in portable.mlir_module()
+    assert jax.export.deserialize(portable.serialize()).call(x, y)[0].shape == (64,)

@@ -64,6 +64,10 @@ ENTRIES: dict[str, str] = {
     "nutpie CompiledPyMCModel._make_sampler(settings, init_mean, cores, ...), "
     "user_data": "how many threads nutpie starts; which sampler a thread serves",
     "pymc.sampling.mcmc._cpu_count": "pm.sample's default cores",
+    "jax._src.export._export (_module_to_bytecode, _jax.mlir, hlo, xb); "
+    "jax._src.config.export_ignore_forward_compatibility": (
+        "the trace cache's programs exported for this jaxlib"
+    ),
 }
 
 #: The releases the entries were last checked against.
@@ -145,6 +149,51 @@ def make_cpu_client(*, asynchronous: bool) -> Any:
     from jaxlib import xla_client
 
     return xla_client.make_cpu_client(asynchronous=asynchronous, num_devices=1)
+
+
+def export_serializer() -> tuple[ModuleType, str] | None:
+    """Return ``jax.export``'s module and the name of its function that serializes
+    a lowered module (``_module_to_bytecode(module) -> bytes``, at a StableHLO
+    version about a month old), or None when it moved.
+    """
+    from jax._src.export import _export
+
+    found = getattr(_export, "_module_to_bytecode", None)
+    mlir = getattr(getattr(_export, "_jax", None), "mlir", None)
+    if not callable(found) or not all(
+        callable(getattr(owner, name, None))
+        for owner, name in (
+            (mlir, "serialize_portable_artifact"),
+            (getattr(_export, "hlo", None), "get_current_version"),
+            (getattr(_export, "xb", None), "get_backend"),
+        )
+    ):
+        return None
+    return _export, "_module_to_bytecode"
+
+
+def serialize_at_current_version(module: Any) -> bytes:
+    """Serialize a lowered module as ``jax.export`` does, at this jaxlib's own
+    StableHLO version (this jaxlib and newer ones read it; older ones cannot).
+    """
+    from jax._src.export import _export
+
+    return _export._jax.mlir.serialize_portable_artifact(
+        module,
+        _export.hlo.get_current_version(),
+        _export.xb.get_backend().serialize_with_sdy,
+    )
+
+
+def forward_compatibility_ignored() -> Any:
+    """Return a context in which ``jax.export`` lowers as ``jax.jit`` does, in this
+    thread (JAX's ``jax_export_ignore_forward_compatibility``, a thread-local
+    setting), or None when the setting moved.
+    """
+    from jax._src import config as jax_config
+
+    state = getattr(jax_config, "export_ignore_forward_compatibility", None)
+    return state(True) if callable(state) else None
 
 
 def prepend_to_runtime_error(error: BaseException, line: str) -> None:

@@ -197,7 +197,9 @@ TRACE_CACHE = Flag(
     change="Traces of wrapped functions are kept in memory and in "
     "``compiledir/jax_ofg_traces`` (:doc:`/howto/caches`); to check what a "
     "trace runs, the first one adds an audit hook and a :mod:`sys.monitoring` "
-    "tool to the process.",
+    "tool to the process; its programs are exported as ``jax.jit`` lowers them "
+    "for this jaxlib (the first export wraps ``jax.export``'s serializer, which "
+    "serializes anyone else's exports as before).",
     off="off",
     apply=_trace_cache_mode,
     undeclared="off",

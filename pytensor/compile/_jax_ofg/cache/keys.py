@@ -48,8 +48,9 @@ __all__ = [
     "trace_key",
 ]
 
-#: Changes when what a trace-cache entry holds changes.
-FORMAT = 3
+#: Changes when what a trace-cache entry holds changes (4: programs exported for
+#: this jaxlib, ``hooks/export_serializer``).
+FORMAT = 4
 
 
 def trace_key(kind: str, parts: Any) -> tuple[str, tuple[types.CodeType, ...]]:

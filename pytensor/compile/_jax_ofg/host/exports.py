@@ -1,10 +1,12 @@
 """A host program as the trace cache keeps it: exported StableHLO, or why not.
 
 :func:`export_jaxpr` turns a traced program into an :class:`Exported` entry
-(``jax.export``'s serialized form, with equinox's checks as a flag output:
-:mod:`~pytensor.compile._jax_ofg.host.checks`), or a :class:`NotExportable`
-saying why it cannot be kept; :func:`entries_differ` compares a cached entry
-with a fresh trace for the cache's ``verify`` mode. Registers nothing.
+(``jax.export``'s serialized form, lowered as ``jax.jit`` lowers for this
+jaxlib: :mod:`~pytensor.compile._jax_ofg.hooks.export_serializer`; equinox's
+checks as a flag output: :mod:`~pytensor.compile._jax_ofg.host.checks`), or a
+:class:`NotExportable` saying why it cannot be kept; :func:`entries_differ`
+compares a cached entry with a fresh trace for the cache's ``verify`` mode.
+Registers nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import jax
 
+from pytensor.compile._jax_ofg.hooks.export_serializer import for_this_jaxlib
 from pytensor.compile._jax_ofg.host.checks import (
     NotFlaggable,
     flag_checks,
@@ -66,9 +69,10 @@ def export_jaxpr(
                 outputs, failed = checked(*dynamic)
                 return (*outputs, failed)
 
-        exported = jax.export.export(jax.jit(program), platforms=[platform])(
-            *dynamic_specs
-        )
+        with for_this_jaxlib():  # read back by this jaxlib only: see the key
+            exported = jax.export.export(jax.jit(program), platforms=[platform])(
+                *dynamic_specs
+            )
         serialized = bytes(exported.serialize())
     except NotFlaggable as error:
         return NotExportable(f"it holds {error}, which jax.export cannot keep")
