@@ -770,3 +770,42 @@ def test_a_cold_process_compiles_its_model_once_for_every_chain(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     misses = json.loads(done.stdout.strip().splitlines()[-1])
     assert misses.get("jit_program_on_core") == 1, misses
+
+
+def test_work_beside_a_compile_runs_on_its_own_thread_on_every_cpu():
+    """Work handed over runs while a runtime compiles, on a thread of its own
+    that may use every CPU of the process (not the compiling thread's one
+    core); work that raises is dropped, and the rest still runs."""
+    from pytensor.compile._jax_ofg.cores import runtimes
+
+    seen, done = [], threading.Event()
+
+    def work():
+        seen.append((threading.current_thread().name, os.sched_getaffinity(0)))
+        done.set()
+
+    def failing():
+        raise RuntimeError("dropped")
+
+    runtimes.beside_next_compile(failing)
+    runtimes.beside_next_compile(work)
+    core = sorted(os.sched_getaffinity(0))[0]
+    runtime = runtimes.runtime_on((core,))
+    program = runtimes.CompiledPerRuntime(
+        jax.jit(lambda x: (x * 3.0 + 1.0,)), [jax.ShapeDtypeStruct((2,), np.float64)]
+    )
+    outputs = []
+
+    def chain():  # a chain's thread, pinned to one core, compiles
+        with runtimes._on_cores((core,)):
+            outputs.extend(program.on(runtime)(np.ones(2)))
+
+    chain_thread = threading.Thread(target=chain)
+    chain_thread.start()
+    chain_thread.join()
+    np.testing.assert_array_equal(np.asarray(outputs[0]), [4.0, 4.0])
+    assert done.wait(60)
+    ((name, cpus),) = seen
+    assert name == "jax_ofg-beside-compile"
+    assert cpus == os.sched_getaffinity(os.getpid())  # the main thread's: all
+    assert not runtimes._WAITING

@@ -752,20 +752,37 @@ def _callable_verdict(
     return verdict
 
 
+#: Classes of callables that are their own key in ``STATE.callable_verdicts``
+#: (:func:`_verdict_key`): looked up directly, the commonest calls.
+_SELF_KEYED = frozenset({type, *_DESCRIPTORS})
+
+
 def _on_call(
     code: types.CodeType,
     offset: int,
     callable_: Any,
     arg0: Any,
     _threads: dict = STATE.threads,
+    _verdicts: dict = STATE.callable_verdicts,
 ) -> Any:
+    # Runs at every call in the watched code (over a million in a trace of
+    # diffrax's VJP): the common paths look their verdict up inline.
     cls = type(callable_)
     if cls is types.FunctionType:
         return None  # its start is checked
     state = _threads.get(_get_ident())
-    if state is None or state.quiet:
-        return None
-    kind, name = _callable_verdict(callable_, cls)
+    if state is None or state.paused or state.imports or not state.watches:
+        return None  # ``state.quiet``
+    verdict = None
+    if cls in _SELF_KEYED:
+        verdict = _verdicts.get(callable_)
+    elif cls is types.BuiltinFunctionType:
+        owner = callable_.__self__
+        if owner is None or isinstance(owner, types.ModuleType | type):
+            verdict = _verdicts.get(callable_)
+        else:
+            verdict = _verdicts.get((type(owner), callable_.__name__))
+    kind, name = verdict or _callable_verdict(callable_, cls)
     if kind == _PYTHON:
         return None
     if kind == _PURE:

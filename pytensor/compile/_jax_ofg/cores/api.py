@@ -8,7 +8,8 @@ rest of the package imports only this module. Registers nothing.
 
 * A sampler about to start threads calls :func:`start_session`; each of its
   threads calls the session's ``pin_calling_thread`` at its first call;
-  host calls ask :func:`thread_pin` which runtime runs them.
+  host calls ask :func:`thread_pin` which runtime runs them. Work its first
+  chain would do holding the GIL goes to :func:`beside_next_compile`.
 * ``pm.sample``'s default ``cores`` comes from :func:`default_cores`.
 * :func:`~pytensor.compile._jax_ofg.samplers.chain_processes.sample_in_processes`
   pins its workers with :func:`worker_leases` and :func:`pinned_while`.
@@ -34,7 +35,11 @@ from pytensor.compile._jax_ofg.cores.leases import (
     Leases,
     forget_in_child,
 )
-from pytensor.compile._jax_ofg.cores.runtimes import CompiledPerRuntime, Runtime
+from pytensor.compile._jax_ofg.cores.runtimes import (
+    CompiledPerRuntime,
+    Runtime,
+    beside_next_compile,
+)
 from pytensor.compile._jax_ofg.cores.threads import (
     SamplerSession,
     ThreadPin,
@@ -50,6 +55,7 @@ __all__ = [
     "Runtime",
     "SamplerSession",
     "ThreadPin",
+    "beside_next_compile",
     "default_cores",
     "forget_in_child",
     "lease_folder",

@@ -14,7 +14,8 @@ their threads stay there; it runs each call on the calling thread
 Each runtime is a client of its own, and XLA compiles for a client. A
 :class:`CompiledPerRuntime` compiles a program for one runtime at a time: the
 first compile writes JAX's persistent compilation cache, and the others
-read it back in a fraction of the time. (Serializing the compiled program
+read it back in a fraction of the time. XLA compiles without the GIL: work
+handed to :func:`beside_next_compile` runs then, on a thread of its own. (Serializing the compiled program
 into the other clients directly, with ``jax.experimental.serialize_executable``,
 is refused for some programs and, for others, loads kernels that fail at
 run time: JAX 0.12.) Registers nothing.
@@ -33,6 +34,7 @@ Examples
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -46,7 +48,7 @@ import jax
 from pytensor.compile._jax_ofg import compat
 
 
-__all__ = ["CompiledPerRuntime", "Runtime", "runtime_on"]
+__all__ = ["CompiledPerRuntime", "Runtime", "beside_next_compile", "runtime_on"]
 
 _log = logging.getLogger(__name__)
 
@@ -114,6 +116,54 @@ class CompiledPerRuntime:
                 compiled = self._compiled.get(runtime)
                 if compiled is None:
                     with jax.default_device(runtime.device):
-                        compiled = self._jitted.lower(*self._specs).compile()
+                        lowered = self._jitted.lower(*self._specs)
+                        with _work_beside():
+                            compiled = lowered.compile()
                     self._compiled[runtime] = compiled
         return compiled
+
+
+#: Python work waiting for the next XLA compile (the newest few: a process
+#: whose programs are all compiled never runs them, and keeps no more).
+_WAITING: collections.deque[Callable[[], Any]] = collections.deque(maxlen=4)
+
+
+def beside_next_compile(work: Callable[[], Any]) -> None:
+    """Run ``work`` on a thread of its own while a runtime next compiles a program.
+
+    For work a sampler's thread would otherwise do later while holding the
+    GIL (Numba compiling the function that turns a point into a draw, at its
+    first call): beside XLA's compile, which holds no GIL, it costs no wall
+    time. It runs on every CPU of the process, not the compiling thread's
+    core; an exception is logged (debug) and dropped -- the sampler's own
+    call then does the work, as it would have. Work that meets no compile
+    never runs.
+    """
+    _WAITING.append(work)
+
+
+@contextlib.contextmanager
+def _work_beside() -> Iterator[None]:
+    """Start the waiting work on a thread of its own for the block."""
+    work = []
+    while _WAITING:
+        try:
+            work.append(_WAITING.popleft())
+        except IndexError:  # another thread took it
+            break
+    if work:
+        threading.Thread(
+            target=_run_unpinned, args=(work,), name="jax_ofg-beside-compile"
+        ).start()
+    yield
+
+
+def _run_unpinned(work: list[Callable[[], Any]]) -> None:
+    # A thread inherits its creator's affinity: the compiling thread's core.
+    with contextlib.suppress(OSError):
+        os.sched_setaffinity(0, os.sched_getaffinity(os.getpid()))
+    for item in work:
+        try:
+            item()
+        except Exception:
+            _log.debug("Work beside an XLA compile raised", exc_info=True)

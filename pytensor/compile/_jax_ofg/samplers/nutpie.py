@@ -66,7 +66,7 @@ import numpy as np
 
 from pytensor.compile._jax_ofg import compat
 from pytensor.compile._jax_ofg.cores import api as cores
-from pytensor.compile._jax_ofg.host.op import one_jax_op
+from pytensor.compile._jax_ofg.host.op import graph_holds_jax_ops, one_jax_op
 from pytensor.compile._jax_ofg.host.placement import host_device, runs_on_cpu
 from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.fg import FunctionGraph
@@ -514,12 +514,15 @@ def with_host_callbacks(model: Any) -> Any:
         model.n_dim,
         _shared_values(model, model.logp_func),
     )
-    expand = expand_callback(
-        flat_function(model.expand_func),
-        model.n_dim,
-        model.n_expanded,
-        _shared_values(model, model.expand_func),
-    )
+    flat_expand = flat_function(model.expand_func)
+    expand_shared = _shared_values(model, model.expand_func)
+    expand = expand_callback(flat_expand, model.n_dim, model.n_expanded, expand_shared)
+    if not graph_holds_jax_ops(model.expand_func.maker.fgraph.outputs):
+        # Numba compiles it (or loads it from its cache) at its first call, on
+        # the first chain's thread, holding the GIL the other chains' calls
+        # need: done instead while the log-density's program compiles.
+        point = np.zeros(model.n_dim)
+        cores.beside_next_compile(lambda: flat_expand[0](point, *expand_shared))
     return dataclasses.replace(
         model, compiled_logp_func=logp, compiled_expand_func=expand
     )
