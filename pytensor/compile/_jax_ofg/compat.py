@@ -316,8 +316,11 @@ def register_as_tensor(cls: type, rule: Callable) -> None:
     _as_tensor_variable.register(cls)(rule)
 
 
-def patch_method(cls: type, name: str, marker: str, wrap: Callable) -> bool:
-    """Replace ``cls.name`` by ``wrap(cls.name)``, once (``marker`` set on it).
+def patch_method(
+    cls: type | ModuleType, name: str, marker: str, wrap: Callable
+) -> bool:
+    """Replace ``cls.name`` (a class's method, or a module's function) by
+    ``wrap(cls.name)``, once (``marker`` set on it).
 
     Returns whether it is in place: ``False`` when the method has moved,
     and nothing is changed then.

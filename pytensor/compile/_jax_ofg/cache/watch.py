@@ -752,9 +752,9 @@ def _callable_verdict(
     return verdict
 
 
-#: Classes of callables that are their own key in ``STATE.callable_verdicts``
-#: (:func:`_verdict_key`): looked up directly, the commonest calls.
-_SELF_KEYED = frozenset({type, *_DESCRIPTORS})
+#: Classes of the commonest callables, whose verdict is found under
+#: :func:`_verdict_key` without the unwrapping of :func:`_callable_verdict`.
+_DIRECTLY_KEYED = frozenset({type, types.BuiltinFunctionType, *_DESCRIPTORS})
 
 
 def _on_call(
@@ -774,14 +774,8 @@ def _on_call(
     if state is None or state.paused or state.imports or not state.watches:
         return None  # ``state.quiet``
     verdict = None
-    if cls in _SELF_KEYED:
-        verdict = _verdicts.get(callable_)
-    elif cls is types.BuiltinFunctionType:
-        owner = callable_.__self__
-        if owner is None or isinstance(owner, types.ModuleType | type):
-            verdict = _verdicts.get(callable_)
-        else:
-            verdict = _verdicts.get((type(owner), callable_.__name__))
+    if cls in _DIRECTLY_KEYED:
+        verdict = _verdicts.get(_verdict_key(callable_, cls))
     kind, name = verdict or _callable_verdict(callable_, cls)
     if kind == _PYTHON:
         return None

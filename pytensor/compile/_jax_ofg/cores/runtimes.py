@@ -14,11 +14,12 @@ their threads stay there; it runs each call on the calling thread
 Each runtime is a client of its own, and XLA compiles for a client. A
 :class:`CompiledPerRuntime` compiles a program for one runtime at a time: the
 first compile writes JAX's persistent compilation cache, and the others
-read it back in a fraction of the time. XLA compiles without the GIL: work
-handed to :func:`beside_next_compile` runs then, on a thread of its own. (Serializing the compiled program
+read it back in a fraction of the time. (Serializing the compiled program
 into the other clients directly, with ``jax.experimental.serialize_executable``,
 is refused for some programs and, for others, loads kernels that fail at
-run time: JAX 0.12.) Registers nothing.
+run time: JAX 0.12.) XLA compiles without the GIL: work handed to
+:func:`beside_next_compile` runs then, on a thread of its own. Registers
+nothing.
 
 Examples
 --------

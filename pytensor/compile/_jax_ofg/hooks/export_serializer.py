@@ -104,13 +104,8 @@ def _install() -> bool:
     if found is None:
         return False
     module, name = found
-    with _LOCK:
-        serializer = getattr(module, name)
-        if not getattr(serializer, _MARKER, False):
-            patched = _serializer(serializer)
-            setattr(patched, _MARKER, True)
-            setattr(module, name, patched)
-    return True
+    with _LOCK:  # two threads' first exports at once wrap it once
+        return compat.patch_method(module, name, _MARKER, _serializer)
 
 
 def _serializer(portable: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
